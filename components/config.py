@@ -58,12 +58,14 @@ class DatasetSpec(Section):
 class SyntheticConfig(Section):
     enabled: bool = True
     seed: int = 13
-    n_entities: int = 200
-    n_relations: int = 8
-    hops: int = Field(default=2, ge=1, le=4)
+    n_entities: int = Field(default=200, ge=3)
+    n_relations: int = Field(default=8, ge=1, le=16)
+    hops: int = Field(default=2, ge=1, le=4, description="hops of the longest questions")
+    min_hops: int | None = Field(default=None, ge=1, le=4, description="shortest questions; None = all `hops`")
     n_train: int = Field(default=2000, ge=1)
     n_dev: int = Field(default=200, ge=1)
     n_test: int = Field(default=200, ge=1)
+    counterfactual: bool = Field(default=True, description="also write the redrawn world: corpus and dev questions")
 
 
 class DataConfig(Section):
