@@ -93,7 +93,7 @@ def test_vocabulary_covers_every_text():
 
 
 def test_impossible_sizes_fail_naming_the_param():
-    with pytest.raises(DataError, match="n_dev"):
-        generate_world(SyntheticConfig(n_entities=30, n_relations=1, hops=1, n_train=500, n_dev=100, n_test=100))
+    with pytest.raises(DataError, match="cannot draw 60 distinct train questions.*lower n_train"):
+        generate_world(SyntheticConfig(n_entities=30, n_relations=1, hops=1, n_train=60, n_dev=20, n_test=20))
     with pytest.raises(DataError, match="min_hops"):
         generate_world(CFG.model_copy(update={"min_hops": 3}))
