@@ -1,0 +1,118 @@
+"""`agentr1`: one subcommand per pipeline stage, plus `pipeline` and `serve`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+import yaml
+from rich.console import Console
+
+from components.env import apply_defaults
+from components.stages import STAGES
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+err = Console(stderr=True)
+
+ParamsOpt = Annotated[Path, typer.Option("--params", "-p", help="The params file to validate and use.")]
+SetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--set", "-S", help="Override a param, e.g. -S train.algorithm=ppo (value parsed as YAML)."),
+]
+
+
+def _overrides(pairs: list[str] | None) -> dict:
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"--set expects key=value, got {pair!r}")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def _known_errors() -> tuple[type[BaseException], ...]:
+    from components.config import ConfigError
+    from components.data.schema import DataError
+    from components.retrieval.base import SearchError
+
+    errors: list[type[BaseException]] = [ConfigError, DataError, SearchError, FileNotFoundError]
+    try:
+        from components.validation.validate import ValidationFailed
+
+        errors.append(ValidationFailed)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def _run(name: str, params: Path, sets: list[str] | None, **kwargs) -> None:
+    apply_defaults()
+    from components.config import load_config
+    from components.stages import run_stage
+
+    try:
+        cfg = load_config(params, _overrides(sets))
+        metrics = run_stage(name, cfg, **kwargs)
+    except _known_errors() as e:
+        err.print(f"[bold red]agentr1 {name} failed:[/] {e}", markup=True, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    summary = ", ".join(f"{k}={v:.4g}" for k, v in list(metrics.items())[:8])
+    err.print(f"[green]{name} done[/] {summary}", highlight=False)
+
+
+def _add_stage_command(name: str, help_text: str) -> None:
+    def command(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+        _run(name, params, set_)
+
+    app.command(name.replace("_", "-"), help=help_text)(command)
+
+
+for _name, _stage in STAGES.items():
+    if _name != "train":
+        _add_stage_command(_name, _stage.help)
+
+
+@app.command("train", help=STAGES["train"].help)
+def train(
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+    backend: Annotated[Optional[str], typer.Option(help="local | verl (overrides train.backend)")] = None,
+    dry_run: Annotated[bool, typer.Option(help="verl: print the launch command and the config verl accepted.")] = False,
+) -> None:
+    sets = list(set_ or []) + ([f"train.backend={backend}"] if backend else [])
+    if dry_run:
+        apply_defaults()
+        from components.config import load_config
+        from components.verl_backend.launch import dry_run as verl_dry_run
+
+        cfg = load_config(params, _overrides(sets))
+        verl_dry_run(cfg)
+        return
+    _run("train", params, sets)
+
+
+@app.command("pipeline", help="Run every stage in order as one Prefect flow (ephemeral mode).")
+def pipeline(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    apply_defaults()
+    from flows.pipeline import pipeline as flow
+
+    flow(params_path=str(params), overrides=_overrides(set_))
+
+
+@app.command("validate-params", help="Check params.yaml against the schema and print the resolved config.")
+def validate_params(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    from components.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(params, _overrides(set_))
+    except ConfigError as e:
+        err.print(f"[bold red]{e}[/]", highlight=False)
+        raise typer.Exit(1) from None
+    sys.stdout.write(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+
+if __name__ == "__main__":
+    app()

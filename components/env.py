@@ -1,0 +1,31 @@
+"""Process-wide defaults set once at an entry point: tool state stays in the project, telemetry is off."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TELEMETRY_OFF = {
+    "DO_NOT_TRACK": "1",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+    "GX_ANALYTICS_ENABLED": "False",
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DVC_NO_ANALYTICS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def apply_defaults(root: str | Path | None = None) -> None:
+    """Set telemetry-off and state-location variables unless the user already set them."""
+    root = Path(root or os.getcwd()).resolve()
+    for key, value in TELEMETRY_OFF.items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("PREFECT_HOME", str(root / ".prefect"))
+    os.environ.setdefault("DVC_SITE_CACHE_DIR", str(root / ".cache" / "dvc-site"))
+    os.environ.setdefault("HF_HOME", str(root / ".cache" / "huggingface"))
+    os.environ.setdefault("RAY_TMPDIR", str(root / ".cache" / "ray"))
