@@ -1,0 +1,125 @@
+"""ToolEnv: the Agent-R1 environment. Parses each turn, validates and runs tool calls in one batch,
+returns the observation, assigns process rewards and the outcome reward, and ends episodes.
+
+Text in, text out: tokenisation and the chat template live in the rollout engine (or verl's agent loop).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from components.agent.observation import error_observation
+from components.agent.parser import Action, Answer, Malformed, ToolCall, parse_turn
+from components.agent.rewards import exact_match, f1, outcome_reward, process_reward
+from components.agent.tools import Tool, ToolResult, validate_arguments
+from components.config import AgentConfig
+from components.data.schema import Question
+
+
+@dataclass
+class Episode:
+    """The state of one question's conversation."""
+
+    question: Question
+    turns: int = 0
+    done: bool = False
+    answer: str | None = None
+    n_calls: int = 0  # tool-call attempts (every non-answer turn)
+    n_valid_calls: int = 0
+    seen_ids: set[str] = field(default_factory=set)
+    process_rewards: list[float] = field(default_factory=list)  # one per non-answer turn
+    outcome: float = 0.0
+    log: list[tuple[str, str]] = field(default_factory=list)  # (role, text) for readable trajectories
+
+    @property
+    def em(self) -> float:
+        return exact_match(self.answer, self.question.answers)
+
+    @property
+    def f1(self) -> float:
+        return f1(self.answer, self.question.answers)
+
+    @property
+    def total_reward(self) -> float:
+        return self.outcome + sum(self.process_rewards)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    action: Action
+    observation: str | None  # tool-message content for the next turn; None once the episode is done
+    reward: float  # process reward of this turn (0.0 for an answer turn; the outcome is on the Episode)
+    done: bool
+
+
+class ToolEnv:
+    """`toolsets[corpus]` are the tools an episode on that corpus may call (e.g. a SearchTool on its index)."""
+
+    def __init__(self, toolsets: Mapping[str, Sequence[Tool]], cfg: AgentConfig):
+        self.toolsets = {corpus: {t.name: t for t in tools} for corpus, tools in toolsets.items()}
+        self.cfg = cfg
+
+    def reset(self, question: Question) -> Episode:
+        if question.corpus not in self.toolsets:
+            raise KeyError(f"question {question.id}: no tools for corpus {question.corpus!r}")
+        ep = Episode(question)
+        ep.log.append(("user", question.question))
+        return ep
+
+    def step(self, episodes: Sequence[Episode], turns: Sequence[str]) -> list[StepResult]:
+        """Advance every episode by one model turn; all tool calls run as one batch per tool."""
+        if len(episodes) != len(turns):
+            raise ValueError(f"{len(episodes)} episodes but {len(turns)} turns")
+        actions = [parse_turn(t) for t in turns]
+        pending: dict[tuple[str, str], list[int]] = defaultdict(list)
+        errors: dict[int, str] = {}
+        for i, (ep, action) in enumerate(zip(episodes, actions)):
+            if ep.done:
+                raise ValueError(f"question {ep.question.id}: episode already done")
+            ep.turns += 1
+            ep.log.append(("assistant", turns[i]))
+            if isinstance(action, ToolCall):
+                tool = self.toolsets[ep.question.corpus].get(action.name)
+                reason = f"unknown tool {action.name!r}" if tool is None else validate_arguments(tool, action.arguments)
+                if reason is None:
+                    pending[(ep.question.corpus, action.name)].append(i)
+                else:
+                    errors[i] = reason
+            elif isinstance(action, Malformed):
+                errors[i] = action.reason
+
+        results: dict[int, ToolResult] = {}
+        for (corpus, name), idx in pending.items():
+            outs = self.toolsets[corpus][name].execute([actions[i].arguments for i in idx])  # type: ignore[union-attr]
+            results.update(zip(idx, outs))
+
+        return [self._finish_turn(ep, a, results.get(i), errors.get(i)) for i, (ep, a) in enumerate(zip(episodes, actions))]
+
+    def _finish_turn(self, ep: Episode, action: Action, result: ToolResult | None, error: str | None) -> StepResult:
+        w = self.cfg.reward
+        if isinstance(action, Answer):
+            ep.answer, ep.done = action.text, True
+            ep.outcome = outcome_reward(ep.answer, ep.question.answers, w)
+            return StepResult(action, None, 0.0, True)
+        ep.n_calls += 1
+        if result is not None and result.success:
+            ep.n_valid_calls += 1
+            reward = process_reward(True, result.doc_ids, ep.seen_ids, ep.question.supporting_ids, w)
+            ep.seen_ids.update(result.doc_ids)
+            observation = result.text
+        else:
+            reward = process_reward(False, (), ep.seen_ids, ep.question.supporting_ids, w)
+            observation = result.text if result is not None else error_observation(error or "invalid turn")
+        ep.process_rewards.append(reward)
+        ep.log.append(("tool", observation))
+        if ep.turns >= self.cfg.max_turns:
+            self.truncate(ep)
+            return StepResult(action, None, reward, True)
+        return StepResult(action, observation, reward, False)
+
+    def truncate(self, ep: Episode) -> None:
+        """End an episode without an answer (max turns or max tokens): the format penalty applies."""
+        ep.done = True
+        ep.outcome = outcome_reward(None, ep.question.answers, self.cfg.reward)

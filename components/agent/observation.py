@@ -1,0 +1,29 @@
+"""Hits -> observation text. Passage text is escaped so it can never become an action or a new turn.
+
+Everything a passage could use to break out of its tool response starts with "<" (`<tool_call>`,
+`</tool_response>`, `<answer>`, `<|im_end|>` and every other chat special token), so escaping "<", ">"
+and "&" the HTML way keeps passages plain text, both for the parser and for the tokenizer's special tokens.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+from components.retrieval.base import Hit
+
+
+def escape(text: str) -> str:
+    return html.escape(text, quote=False)
+
+
+def format_hit(rank: int, hit: Hit) -> str:
+    return f"[{rank}] {escape(hit.title)}: {escape(hit.text)}"
+
+
+def format_hits(hits: Sequence[Hit]) -> str:
+    return "\n".join(format_hit(i, h) for i, h in enumerate(hits, 1))
+
+
+def error_observation(reason: str) -> str:
+    return f"Error: {escape(reason)}"

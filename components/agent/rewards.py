@@ -1,0 +1,89 @@
+"""Rewards: official HotpotQA/SQuAD answer metrics, the outcome reward and per-call process rewards."""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from components.config import RewardConfig
+
+
+# --- answer metrics (official SQuAD v1.1 / HotpotQA evaluation normalisation) -------------------------
+
+
+def normalize_answer(s: str) -> str:
+    """Lower text and remove punctuation, articles and extra whitespace."""
+
+    def remove_articles(text: str) -> str:
+        return re.sub(r"\b(a|an|the)\b", " ", text)
+
+    def white_space_fix(text: str) -> str:
+        return " ".join(text.split())
+
+    def remove_punc(text: str) -> str:
+        exclude = set(string.punctuation)
+        return "".join(ch for ch in text if ch not in exclude)
+
+    return white_space_fix(remove_articles(remove_punc(s.lower())))
+
+
+def _f1_single(prediction: str, ground_truth: str) -> float:
+    # HotpotQA: yes/no/noanswer must match exactly, otherwise token-level F1.
+    pred, gold = normalize_answer(prediction), normalize_answer(ground_truth)
+    if pred in ("yes", "no", "noanswer") or gold in ("yes", "no", "noanswer"):
+        if pred != gold:
+            return 0.0
+    pred_tokens, gold_tokens = pred.split(), gold.split()
+    common = Counter(pred_tokens) & Counter(gold_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0.0
+    precision, recall = num_same / len(pred_tokens), num_same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match(prediction: str | None, ground_truths: Iterable[str]) -> float:
+    if prediction is None:
+        return 0.0
+    pred = normalize_answer(prediction)
+    return float(any(pred == normalize_answer(g) for g in ground_truths))
+
+
+def f1(prediction: str | None, ground_truths: Iterable[str]) -> float:
+    if prediction is None:
+        return 0.0
+    return max((_f1_single(prediction, g) for g in ground_truths), default=0.0)
+
+
+# --- outcome and process rewards ---------------------------------------------------------------------
+
+
+def outcome_reward(answer: str | None, golds: Sequence[str], w: RewardConfig) -> float:
+    """Answer score (EM or F1), minus the format penalty when there is no well-formed answer."""
+    if answer is None:
+        return -w.format_penalty
+    return exact_match(answer, golds) if w.answer_metric == "em" else f1(answer, golds)
+
+
+def process_reward(
+    valid: bool,
+    doc_ids: Sequence[str],
+    seen_ids: set[str],
+    supporting_ids: Iterable[str],
+    w: RewardConfig,
+) -> float:
+    """Reward of one turn that was not an answer, placed on its last token. `seen_ids` is only read.
+
+    A valid call pays the search cost and earns the configured bonuses; an invalid one gets the penalty.
+    """
+    if not valid:
+        return -w.invalid_call
+    new = [d for d in doc_ids if d not in seen_ids]
+    r = w.valid_call - w.search_cost
+    if new:
+        r += w.new_info
+    if set(new) & set(supporting_ids):
+        r += w.supporting
+    return r

@@ -1,0 +1,80 @@
+"""Tools: one atomic action each, described by a JSON schema and executed in batches (Agent-R1 `Tool`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import jsonschema
+
+from components.agent.observation import format_hits
+from components.retrieval.base import SearchBackend, SearchError
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    text: str  # observation content shown to the model (already escaped)
+    success: bool
+    doc_ids: tuple[str, ...] = field(default=())  # passages returned, for process rewards
+
+
+@runtime_checkable
+class Tool(Protocol):
+    name: str
+    description: str
+    parameters: dict[str, Any]  # JSON schema of the arguments object
+
+    def execute(self, calls: Sequence[dict[str, Any]]) -> list[ToolResult]:
+        """Run a batch of already validated argument objects; one result per call, never raises on bad input."""
+        ...
+
+
+def tool_schema(tool: Tool) -> dict[str, Any]:
+    """OpenAI/hermes function description, as chat templates and verl's tool config expect it."""
+    return {
+        "type": "function",
+        "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters},
+    }
+
+
+def validate_arguments(tool: Tool, arguments: Any) -> str | None:
+    """None if `arguments` fits the tool's schema, else a one-line reason."""
+    try:
+        jsonschema.validate(arguments, tool.parameters)
+    except jsonschema.ValidationError as err:
+        where = "/".join(str(p) for p in err.absolute_path) or "arguments"
+        return f"{where}: {err.message}"
+    return None
+
+
+class SearchTool:
+    """Search the corpus behind `alias` on a SearchBackend; returns the top_k passages."""
+
+    name = "search"
+    description = "Search the knowledge base and return the most relevant passages."
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {"query": {"type": "string", "minLength": 1, "description": "search keywords"}},
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, backend: SearchBackend, alias: str, top_k: int = 3):
+        self.backend, self.alias, self.top_k = backend, alias, top_k
+
+    def execute(self, calls: Sequence[dict[str, Any]]) -> list[ToolResult]:
+        if not calls:
+            return []
+        queries = [str(c["query"]).strip() for c in calls]
+        try:
+            hit_lists = self.backend.search(self.alias, queries, self.top_k)
+        except SearchError as err:
+            return [ToolResult(f"Error: search failed: {err}", False) for _ in calls]
+        results = []
+        for hits in hit_lists:
+            if not hits:
+                results.append(ToolResult("No results.", True))
+            else:
+                results.append(ToolResult(format_hits(hits), True, tuple(h.id for h in hits)))
+        return results
