@@ -128,6 +128,85 @@ class ScheduleConfig(Section):
     timezone: str = "UTC"
 
 
+# --- agent, model, train (issue 3) ---------------------------------------------------------------
+
+
+class RewardConfig(Section):
+    """Outcome and process reward terms (components/agent/rewards.py)."""
+
+    answer_metric: Literal["em", "f1"] = "em"
+    format_penalty: float = Field(default=0.0, ge=0, description="subtracted when an episode ends with no answer")
+    valid_call: float = Field(default=0.0, description="process reward for a well-formed, schema-valid call")
+    invalid_call: float = Field(default=0.0, ge=0, description="process penalty for a malformed turn or call")
+    supporting: float = Field(default=0.0, description="process reward: call retrieved a new supporting passage")
+    new_info: float = Field(default=0.0, description="process reward: call retrieved any passage not seen before")
+    search_cost: float = Field(default=0.0, ge=0, description="cost per search call")
+
+
+class AgentConfig(Section):
+    max_turns: int = Field(default=4, ge=1, description="model turns per episode, the answer turn included")
+    max_tokens_per_turn: int = Field(default=48, ge=1)
+    max_total_tokens: int = Field(default=512, ge=16, description="prompt + all turns; longer episodes are cut")
+    reward: RewardConfig = RewardConfig()
+
+
+class TinyModelConfig(Section):
+    """The CPU profile's Qwen2-architecture model, built and format-primed locally."""
+
+    vocab_size: int = Field(default=1024, ge=300)
+    hidden_size: int = 96
+    intermediate_size: int = 256
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    max_position_embeddings: int = 1024
+    prime_steps: int = Field(default=600, ge=0, description="format-priming optimizer steps")
+    prime_batch_size: int = 32
+    prime_lr: float = 3e-3
+    prime_corpus_weight: float = Field(default=0.25, ge=0, le=1, description="share of LM batches from passages")
+
+
+class ModelConfig(Section):
+    name_or_path: str = Field(default="tiny", description='"tiny" builds the CPU model; else an HF id or dir')
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    tiny: TinyModelConfig = TinyModelConfig()
+
+
+class MaskConfig(Section):
+    loss: bool = Field(default=True, description="policy loss only on action tokens (Agent-R1 loss mask)")
+    advantage: bool = Field(default=True, description="advantages over action tokens only (advantage mask)")
+
+
+class TrainConfig(Section):
+    backend: Literal["local", "verl"] = "local"
+    algorithm: Literal["grpo", "ppo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"] = "grpo"
+    steps: int = Field(default=200, ge=0)
+    questions_per_step: int = Field(default=16, ge=1)
+    group_size: int = Field(default=8, ge=1, description="rollouts per question (GRPO/RLOO/RF++-baseline groups)")
+    micro_batch_size: int = Field(default=64, ge=1, description="episodes per forward/backward (grad accumulation)")
+    ppo_epochs: int = Field(default=1, ge=1)
+    lr: float = Field(default=2e-3, gt=0)
+    critic_lr: float = Field(default=2e-3, gt=0)
+    weight_decay: float = 0.0
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    clip_ratio: float = Field(default=0.2, gt=0)
+    value_clip: float = Field(default=0.5, gt=0)
+    gamma: float = Field(default=1.0, ge=0, le=1)
+    lam: float = Field(default=1.0, ge=0, le=1)
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
+    entropy_coef: float = 0.0
+    kl_coef: float = Field(default=0.0, ge=0, description="KL-to-reference loss weight; 0 disables the reference")
+    kl_penalty: Literal["kl", "low_var_kl", "mse", "k1", "k2", "k3", "abs"] = "low_var_kl"
+    temperature: float = Field(default=1.0, gt=0)
+    mask: MaskConfig = MaskConfig()
+    eval_every: int = Field(default=20, ge=0, description="steps between held-out dev EM evaluations; 0 = never")
+    eval_questions: int = Field(default=200, ge=1)
+    target_em: float | None = Field(default=None, description="stop early once dev EM reaches this")
+    checkpoint_every: int = Field(default=20, ge=1)
+    log_trajectories_every: int = Field(default=50, ge=1)
+
+
 # --- root ----------------------------------------------------------------------------------------
 
 
@@ -138,6 +217,9 @@ class Config(Section):
     retrieval: RetrievalConfig = RetrievalConfig()
     tracking: TrackingConfig = TrackingConfig()
     schedule: ScheduleConfig = ScheduleConfig()
+    agent: AgentConfig = AgentConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
 
     @property
     def artifacts(self) -> Path:
