@@ -1,0 +1,64 @@
+# The two commands: `make run` (reproduce the pipeline) and `make test` (the whole suite). Both work offline.
+SHELL := /bin/bash
+.ONESHELL:
+.SHELLFLAGS := -eu -o pipefail -c
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+ROOT := $(CURDIR)
+
+# Tool state stays inside the project; telemetry is off.
+export PREFECT_HOME := $(ROOT)/.prefect
+export DVC_SITE_CACHE_DIR := $(ROOT)/.cache/dvc-site
+export DVC_NO_ANALYTICS := 1
+export DO_NOT_TRACK := 1
+export MLFLOW_DISABLE_TELEMETRY := true
+export GX_ANALYTICS_ENABLED := False
+export HF_HUB_OFFLINE := 1
+export HF_HUB_DISABLE_TELEMETRY := 1
+export HF_HOME := $(ROOT)/.cache/huggingface
+export RAY_USAGE_STATS_ENABLED := 0
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export TOKENIZERS_PARALLELISM := false
+export PATH := $(ROOT)/$(BIN):$(PATH)
+
+.PHONY: setup data run test es-start es-stop bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[verl,dev]'
+	touch $@
+
+# The raw data comes from the DVC remote kept inside the repo (dvcstore/), so a fresh clone needs no network.
+data: $(VENV)/.installed
+	$(BIN)/dvc pull -q
+
+setup: $(VENV)/.installed data
+
+es-start: setup
+	scripts/es.sh start
+
+es-stop:
+	scripts/es.sh stop
+
+uses_es = $(BIN)/python -c "from components.config import load_config; raise SystemExit(load_config().retrieval.backend != 'elasticsearch')"
+
+run: setup
+	if $(uses_es); then scripts/es.sh start; fi
+	$(BIN)/dvc repro
+
+test: setup
+	scripts/es.sh start
+	trap 'scripts/es.sh stop' EXIT
+	export ES_URL=$${ES_URL:-http://127.0.0.1:9200}
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	for b in benchmarks/bench_*.py; do $(BIN)/python $$b; done
+
+clean:
+	rm -rf artifacts mlflow.db mlartifacts .prefect .cache
