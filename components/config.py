@@ -49,8 +49,10 @@ class DatasetSpec(Section):
     path: str = Field(description="file under data_dir, or a hub id for format hf_hub")
     split: Literal["train", "dev", "test"] = "dev"
     limit: int | None = Field(default=None, ge=1)
-    # hf_hub only: which columns hold the question and the answers.
+    min_chars: int = Field(default=40, ge=1, description="kilt only: shorter paragraphs are skipped")
+    # hf_hub only: which columns hold the id, the question and the answers.
     hub_split: str = "train"
+    id_field: str = "id"
     question_field: str = "question"
     answers_field: str = "golden_answers"
 
@@ -92,19 +94,28 @@ class ValidationConfig(Section):
 
 class EmbeddedConfig(Section):
     engine: Literal["bm25s"] = "bm25s"
-    k1: float = 1.2
-    b: float = 0.75
+    k1: float = Field(default=1.2, gt=0)
+    b: float = Field(default=0.75, ge=0, le=1)
+    stemmer: Literal["english"] | None = Field(default="english", description="PyStemmer algorithm, or none")
+    token_pattern: str = Field(default=r"(?u)\b\w+\b", description="regex for a word in passages and queries")
+    retention: int = Field(default=2, ge=1, description="index versions kept per alias")
 
 
 class ElasticsearchConfig(Section):
+    # Credentials never live here: ES_API_KEY, or ES_USERNAME/ES_PASSWORD, are read from the environment only.
     url: str = "http://127.0.0.1:9200"  # ES_URL in the environment wins
-    analyzer: Literal["standard", "english"] = "english"
-    title_boost: float = 2.0
-    bulk_chunk_size: int = 2000
-    request_timeout_s: float = 30.0
-    max_retries: int = 3
+    index_prefix: str = Field(default="agentr1-", pattern=r"^[a-z0-9][a-z0-9_.-]*$")
+    analyzer: Literal["standard", "english"] = "english"  # english: higher recall@5 on HotpotQA (README)
+    title_boost: float = Field(default=2.0, gt=0)
+    bulk_chunk_size: int = Field(default=2000, ge=1)
+    msearch_max_batch: int = Field(default=256, ge=1, description="queries per _msearch request")
+    max_query_chars: int = Field(default=2000, ge=1, description="longer queries are truncated")
+    request_timeout_s: float = Field(default=30.0, gt=0)
+    max_retries: int = Field(default=3, ge=0)
+    retry_backoff_s: float = Field(default=0.5, ge=0, description="first backoff; doubles per retry")
     retention: int = Field(default=2, ge=1, description="index versions kept per alias")
-    embedding_model: str | None = None
+    embedding_model: str | None = None  # local HF model dir; fills a dense_vector field for kNN/hybrid
+    knn_boost: float = Field(default=1.0, ge=0)
 
 
 class RetrievalConfig(Section):
@@ -207,6 +218,35 @@ class TrainConfig(Section):
     log_trajectories_every: int = Field(default=50, ge=1)
 
 
+# --- evaluate and register -----------------------------------------------------------------------
+
+
+class EvalSetSpec(Section):
+    dataset: str
+    split: Literal["train", "dev", "test"] = "dev"
+    limit: int | None = Field(default=200, ge=1)
+
+
+class EvaluateConfig(Section):
+    sets: list[EvalSetSpec] = Field(
+        default_factory=lambda: [
+            EvalSetSpec(dataset="synthetic", split="dev"),
+            EvalSetSpec(dataset="synthetic_cf", split="dev"),
+            EvalSetSpec(dataset="hotpotqa", split="dev", limit=100),
+        ]
+    )
+    baselines: list[Literal["direct", "naive_rag", "base_agent"]] = Field(
+        default_factory=lambda: ["direct", "naive_rag", "base_agent"]
+    )
+
+
+class RegisterConfig(Section):
+    model_name: str = "agentr1-search-agent"
+    metric: str = Field(default="em/synthetic/dev", description="key in eval metrics that decides the champion")
+    alias: str = "champion"
+    min_improvement: float = Field(default=0.0, ge=0)
+
+
 # --- root ----------------------------------------------------------------------------------------
 
 
@@ -220,6 +260,8 @@ class Config(Section):
     agent: AgentConfig = AgentConfig()
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
+    registry: RegisterConfig = RegisterConfig()
 
     @property
     def artifacts(self) -> Path:
