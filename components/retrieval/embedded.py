@@ -27,6 +27,7 @@ index is built once per corpus version.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from collections.abc import Sequence
@@ -53,7 +54,12 @@ _PASSAGES = "passages.parquet"
 def _stemmer(name: str | None):
     if name is None:
         return None
-    import Stemmer  # PyStemmer, only when configured
+    try:
+        import Stemmer  # PyStemmer, only when configured
+    except ImportError:
+        raise ImportError(
+            "retrieval.embedded.stemmer is set but PyStemmer is missing: pip install PyStemmer==3.1.0, or set it to null"
+        ) from None
 
     return Stemmer.Stemmer(name)
 
@@ -141,6 +147,7 @@ class EmbeddedBackend:
             with atomic_path(vdir) as tmp:
                 self._write_version(tmp, alias, version, passages)
         if self.live_version(alias) != version:
+            os.utime(vdir)  # retention keeps the most recently live versions
             write_text(adir / _LIVE, version + "\n")
         self._prune(adir, keep=version)
         return IndexVersion(alias, version, f"{alias}-{version[:12]}", len(passages), created)
