@@ -1,0 +1,16 @@
+"""One loader per format family, chosen by `DatasetSpec.format`."""
+
+from __future__ import annotations
+
+from components.data.loaders import hf_hub, hotpotqa, kilt, musique, qa_only
+from components.data.loaders.base import Loader
+
+LOADERS: dict[str, Loader] = {
+    "hotpotqa_hf": hotpotqa.load_hf,
+    "hotpotqa_ircot": hotpotqa.load_ircot,
+    "musique": musique.load,
+    "2wiki": qa_only.load_2wiki,
+    "flashrag": qa_only.load_flashrag,
+    "kilt": kilt.load,
+    "hf_hub": hf_hub.load,
+}

@@ -1,0 +1,35 @@
+"""MuSiQue: id, question, answer, answer_aliases, answerable, paragraphs[]{title, paragraph_text, is_supporting}."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from components.config import DatasetSpec
+from components.data.loaders.base import Questions
+from components.data.passages import PassageTable
+from components.data.reader import answers_of, need, read_json_list, read_jsonl
+from components.data.schema import DataError, Question
+
+
+def load(spec: DatasetSpec, path: Path, table: PassageTable) -> list[Question]:
+    rows = read_jsonl(path) if path.suffix == ".jsonl" else read_json_list(path)
+    out = Questions(spec)
+    for where, row in rows:
+        if out.full():
+            break
+        if row.get("answerable") is False:  # MuSiQue-Full's unanswerable contrast questions
+            continue
+        raw_id = need(row, "id", where)
+        question = need(row, "question", where)
+        aliases = row.get("answer_aliases") or []
+        answers = answers_of([need(row, "answer", where)] + list(aliases), "answer", where)
+        supporting = []
+        for j, par in enumerate(need(row, "paragraphs", where, list)):
+            at = f"{where}: paragraphs[{j}]"
+            if not isinstance(par, dict):
+                raise DataError(f"{at}: expected an object")
+            pid = table.add(spec.name, need(par, "title", at), need(par, "paragraph_text", at))
+            if par.get("is_supporting"):
+                supporting.append(pid)
+        out.add(where, raw_id, question, answers, supporting)
+    return out.items

@@ -1,0 +1,104 @@
+"""The prepare stage: every configured dataset (and the synthetic worlds) into questions/passages Parquet."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from components.config import Config, DataConfig
+from components.data.loaders import LOADERS
+from components.data.passages import PassageTable
+from components.data.schema import DataError, Passage, Question
+from components.data.synthetic import COUNTERFACTUAL, FACTUAL, SPLITS, generate_world
+from components.io import atomic_path, remove
+
+QUESTION_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("question", pa.string()),
+        ("answers", pa.list_(pa.string())),
+        ("dataset", pa.string()),
+        ("split", pa.string()),
+        ("supporting_ids", pa.list_(pa.string())),
+        ("corpus", pa.string()),
+    ]
+)
+PASSAGE_SCHEMA = pa.schema([("id", pa.string()), ("title", pa.string()), ("text", pa.string()), ("corpus", pa.string())])
+QUESTIONS_FILE, PASSAGES_FILE = "questions.parquet", "passages.parquet"
+
+
+def prepared_dir(cfg: Config) -> Path:
+    return cfg.artifacts / "prepared"
+
+
+def load_all(data: DataConfig, data_root: Path) -> tuple[list[Question], list[Passage]]:
+    """Every configured dataset, then the synthetic worlds; raises DataError on the first bad input."""
+    names = [s.name for s in data.datasets]
+    table, questions = PassageTable(), []
+    for i, spec in enumerate(data.datasets):
+        key = f"data.datasets[{i}]"
+        if spec.name in (FACTUAL, COUNTERFACTUAL) or names.count(spec.name) > 1:
+            raise DataError(f"{key}.name: {spec.name!r} is reserved or used twice")
+        path = data_root / spec.path
+        if spec.format != "hf_hub" and not path.is_file():
+            raise DataError(f"{path}: file not found ({key}.path)")
+        questions += LOADERS[spec.format](spec, path, table)
+    if data.synthetic.enabled:
+        world = generate_world(data.synthetic)
+        table.extend(world.passages())
+        questions += [q for split in SPLITS for q in world.questions(split)]
+        if data.synthetic.counterfactual:
+            cf = generate_world(data.synthetic, counterfactual=True)
+            table.extend(cf.passages())
+            questions += cf.questions("dev")
+    return questions, table.passages
+
+
+def write_questions(path: Path, questions: list[Question]) -> None:
+    cols = {f: [getattr(q, f) for q in questions] for f in QUESTION_SCHEMA.names}
+    pq.write_table(pa.table(cols, schema=QUESTION_SCHEMA), path)
+
+
+def write_passages(path: Path, passages: list[Passage]) -> None:
+    cols = {f: [getattr(p, f) for p in passages] for f in PASSAGE_SCHEMA.names}
+    pq.write_table(pa.table(cols, schema=PASSAGE_SCHEMA), path)
+
+
+def read_questions(path: str | Path) -> list[Question]:
+    return [Question(**row) for row in pq.read_table(path, schema=QUESTION_SCHEMA).to_pylist()]
+
+
+def read_passages(path: str | Path) -> list[Passage]:
+    return [Passage(**row) for row in pq.read_table(path, schema=PASSAGE_SCHEMA).to_pylist()]
+
+
+def counts(questions: list[Question], passages: list[Passage]) -> dict[str, float]:
+    """questions/<dataset>/<split>, passages/<corpus>, and the totals."""
+    metrics: dict[str, float] = {}
+    for (dataset, split), n in sorted(Counter((q.dataset, q.split) for q in questions).items()):
+        metrics[f"questions/{dataset}/{split}"] = n
+    for corpus, n in sorted(Counter(p.corpus for p in passages).items()):
+        metrics[f"passages/{corpus}"] = n
+    metrics["questions_total"] = len(questions)
+    metrics["passages_total"] = len(passages)
+    return metrics
+
+
+def run(cfg: Config, tracker) -> dict[str, float]:
+    """Writes artifacts/prepared/{questions,passages}.parquet together, or nothing (stale outputs removed)."""
+    out = prepared_dir(cfg)
+    try:
+        questions, passages = load_all(cfg.data, cfg.data_root)
+    except DataError:
+        remove(out)
+        raise
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        write_questions(tmp / QUESTIONS_FILE, questions)
+        write_passages(tmp / PASSAGES_FILE, passages)
+    tracker.log_input(out / QUESTIONS_FILE, context="prepare.questions")
+    tracker.log_input(out / PASSAGES_FILE, context="prepare.passages")
+    return counts(questions, passages)

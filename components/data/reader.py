@@ -1,0 +1,113 @@
+"""Strict readers for raw json / jsonl files: every error names the file, the row and the key."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from components.data.schema import DataError
+
+Row = tuple[str, dict[str, Any]]  # (where: "path: line 7" / "path: row 3", record)
+
+
+def _decode(path: Path, raw: bytes, line_offset: int = 0) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = line_offset + raw[: err.start].count(b"\n") + 1
+        raise DataError(f"{path}: line {line}: not valid UTF-8 (byte {raw[err.start]:#04x} at offset {err.start})") from None
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+
+
+def _as_record(obj: Any, where: str) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def read_jsonl(path: Path) -> Iterator[Row]:
+    """Records of a jsonl file, labelled by 1-based line number; blank lines are skipped."""
+    for n, raw in enumerate(_read_bytes(path).split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        where = f"{path}: line {n}"
+        text = _decode(path, raw, n - 1)
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{where}: invalid JSON (truncated?): {err.msg} at column {err.colno}") from None
+        yield where, _as_record(obj, where)
+
+
+def read_json_list(path: Path) -> Iterator[Row]:
+    """Records of a JSON array, labelled by 0-based index; a broken element names its index and line."""
+    text = _decode(path, _read_bytes(path))
+    dec = json.JSONDecoder()
+    i = _skip_ws(text, 0)
+    if text[i : i + 1] != "[":
+        raise DataError(f"{path}: expected a JSON list of records")
+    i, idx = _skip_ws(text, i + 1), 0
+    if text[i : i + 1] == "]":
+        return
+    while True:
+        where = f"{path}: row {idx}"
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{where} (line {err.lineno}): invalid JSON (truncated?): {err.msg}") from None
+        yield where, _as_record(obj, where)
+        i = _skip_ws(text, i)
+        sep = text[i : i + 1]
+        if sep == "]":
+            if text[i + 1 :].strip():
+                raise DataError(f"{path}: extra data after the closing ']'")
+            return
+        if sep != ",":
+            raise DataError(f"{where}: invalid JSON (truncated?): expected ',' or ']' after this row")
+        i, idx = _skip_ws(text, i + 1), idx + 1
+
+
+def _skip_ws(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def need(row: dict[str, Any], key: str, where: str, kind: type | tuple[type, ...] = str) -> Any:
+    """row[key], which must exist and have type `kind`; strings must be non-blank."""
+    if key not in row or row[key] is None:
+        raise DataError(f"{where}: missing field {key!r}")
+    value = row[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and bool not in _types(kind):
+        raise DataError(f"{where}: field {key!r} must be {_names(kind)}, got {type(value).__name__}")
+    if isinstance(value, str) and not value.strip():
+        raise DataError(f"{where}: field {key!r} is empty")
+    return value
+
+
+def answers_of(values: Any, key: str, where: str) -> list[str]:
+    """Non-empty list of non-blank answer strings (a single string is one answer)."""
+    if isinstance(values, str):
+        values = [values]
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise DataError(f"{where}: field {key!r} must be a string or a list of strings")
+    answers = [v.strip() for v in values if v.strip()]
+    if not answers:
+        raise DataError(f"{where}: field {key!r}: empty answers")
+    return list(dict.fromkeys(answers))
+
+
+def _types(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _names(kind: type | tuple[type, ...]) -> str:
+    return " or ".join(t.__name__ for t in _types(kind))
