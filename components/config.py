@@ -7,7 +7,7 @@ Each area owns its section class below; add fields there, with defaults, and mir
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -121,7 +121,9 @@ class ElasticsearchConfig(Section):
 class RetrievalConfig(Section):
     backend: Literal["embedded", "elasticsearch"] = "embedded"
     top_k: int = Field(default=3, ge=1, description="passages the search tool returns")
-    eval_k: list[int] = Field(default_factory=lambda: [1, 5, 10])
+    eval_k: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [1, 5, 10], min_length=1, description="k values for retrieval recall@k"
+    )
     embedded: EmbeddedConfig = EmbeddedConfig()
     elasticsearch: ElasticsearchConfig = ElasticsearchConfig()
 
