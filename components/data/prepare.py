@@ -40,8 +40,10 @@ def load_all(data: DataConfig, data_root: Path) -> tuple[list[Question], list[Pa
     table, questions = PassageTable(), []
     for i, spec in enumerate(data.datasets):
         key = f"data.datasets[{i}]"
-        if spec.name in (FACTUAL, COUNTERFACTUAL) or names.count(spec.name) > 1:
-            raise DataError(f"{key}.name: {spec.name!r} is reserved or used twice")
+        if spec.name in (FACTUAL, COUNTERFACTUAL):
+            raise DataError(f"{key}.name: {spec.name!r} is reserved for the synthetic worlds")
+        if spec.name in names[:i]:
+            raise DataError(f"{key}.name: {spec.name!r} is already used by data.datasets[{names.index(spec.name)}]")
         path = data_root / spec.path
         if spec.format != "hf_hub" and not path.is_file():
             raise DataError(f"{path}: file not found ({key}.path)")

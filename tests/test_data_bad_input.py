@@ -1,0 +1,116 @@
+"""Bad input: a DataError naming the file, the row and the key, and no prepared output left behind."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from components.config import parse_config
+from components.data.prepare import run
+from components.data.schema import DataError
+from components.tracking.tracker import NullTracker
+
+
+def jl(*rows) -> bytes:
+    return b"".join((r if isinstance(r, bytes) else json.dumps(r).encode()) + b"\n" for r in rows)
+
+
+def fr(i, answers=("x",), **kw):
+    return {"id": f"q{i}", "question": f"question {i}?", "golden_answers": list(answers), **kw}
+
+
+def hp(i, **drop):
+    row = {
+        "question": f"question {i}?", "answer": "yes",
+        "supporting_facts": {"title": ["T"], "sent_id": [0]},
+        "context": {"title": ["T", "U"], "sentences": [["T is a thing."], ["U is too."]]},
+    }  # fmt: skip
+    return {k: v for k, v in row.items() if k not in drop}
+
+
+def ircot(i, ctx=None):
+    ctx = ctx or [{"id": "0", "title": "T", "paragraph_text": "T text.", "is_supporting": True}]
+    return {"question_id": f"q{i}", "question_text": "q?", "answers_objects": [{"spans": ["a"]}], "contexts": ctx}
+
+
+GOOD = jl(fr(1), fr(2), fr(3))
+CASES = {
+    # name: (format, file name, bytes, regex the message must match after the file path)
+    "truncated_jsonl": ("flashrag", "qa.jsonl", GOOD + json.dumps(fr(4)).encode()[:25] + b"\n",
+                        r"qa\.jsonl: line 4: invalid JSON \(truncated\?\)"),
+    "truncated_json_list": ("hotpotqa_hf", "hp.json", json.dumps([hp(0), hp(1), hp(2)]).encode()[:-40],
+                            r"hp\.json: row 2 \(line 1\): invalid JSON \(truncated\?\)"),
+    "missing_field": ("flashrag", "qa.jsonl", jl(fr(1), {"id": "q2", "question": "q?"}),
+                      r"qa\.jsonl: line 2: missing field 'golden_answers'"),
+    "missing_nested_field": ("hotpotqa_ircot", "ir.jsonl", jl(ircot(1), ircot(2, [{"title": "T"}])),
+                             r"ir\.jsonl: line 2: contexts\[0\]: missing field 'paragraph_text'"),
+    "missing_field_json_list": ("hotpotqa_hf", "hp.json", json.dumps([hp(0), hp(1, context=1)]).encode(),
+                                r"hp\.json: row 1: missing field 'context'"),
+    "duplicate_id": ("flashrag", "qa.jsonl", jl(fr(1), fr(2), fr(1)),
+                     r"qa\.jsonl: line 3: duplicate id 'q1' \(first seen at .*qa\.jsonl: line 1\)"),
+    "duplicate_id_2wiki": ("2wiki", "2w.jsonl", jl({"idx": 7, "question": "q?", "answer": "a"}) * 2,
+                           r"2w\.jsonl: line 2: duplicate id '7'"),
+    "empty_answers_list": ("flashrag", "qa.jsonl", jl(fr(1), fr(2, answers=[])),
+                           r"qa\.jsonl: line 2: field 'golden_answers': empty answers"),
+    "blank_answers": ("flashrag", "qa.jsonl", jl(fr(1), fr(2, answers=["", "  "])),
+                      r"qa\.jsonl: line 2: field 'golden_answers': empty answers"),
+    "empty_answer_string": ("2wiki", "2w.jsonl", jl({"idx": 1, "question": "q?", "answer": ""}),
+                            r"2w\.jsonl: line 1: field 'answer' is empty"),
+    "non_utf8_jsonl": ("flashrag", "qa.jsonl", jl(fr(1), b'{"id": "q2", "question": "caf\xe9?", "golden_answers": ["x"]}'),
+                       r"qa\.jsonl: line 2: not valid UTF-8 \(byte 0xe9"),
+    "non_utf8_json_list": ("musique", "mu.json", b'[\n{"id": "a"},\n{"id": "\xff"}\n]',
+                           r"mu\.json: line 3: not valid UTF-8 \(byte 0xff"),
+    "wrong_type": ("kilt", "kilt.jsonl", jl({"wikipedia_title": "T", "text": "not a list"}),
+                   r"kilt\.jsonl: line 1: field 'text' must be list, got str"),
+    "not_an_object": ("flashrag", "qa.jsonl", jl(fr(1), [1, 2]),
+                      r"qa\.jsonl: line 2: expected a JSON object, got list"),
+}  # fmt: skip
+
+
+def config(tmp_path, fmt, name):
+    return parse_config({
+        "project": {"data_dir": str(tmp_path / "data"), "artifacts_dir": str(tmp_path / "artifacts")},
+        "data": {"synthetic": {"enabled": False}, "datasets": [
+            {"name": "good", "format": "flashrag", "path": "good.jsonl"},
+            {"name": "bad", "format": fmt, "path": name},
+        ]},
+    })  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_names_file_row_key_and_writes_nothing(tmp_path, case):
+    fmt, name, content, pattern = CASES[case]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "good.jsonl").write_bytes(GOOD)
+    (tmp_path / "data" / name).write_bytes(content)
+    cfg = config(tmp_path, fmt, name)
+    with pytest.raises(DataError) as err:
+        run(cfg, NullTracker())
+    message = str(err.value)
+    assert message.startswith(str(tmp_path / "data" / name)), message
+    assert re.search(pattern, message), message
+    assert not (tmp_path / "artifacts" / "prepared").exists()
+
+
+def test_bad_input_removes_stale_outputs(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "good.jsonl").write_bytes(GOOD)
+    (tmp_path / "data" / "qa.jsonl").write_bytes(GOOD)
+    cfg = config(tmp_path, "flashrag", "qa.jsonl")
+    assert run(cfg, NullTracker())["questions/bad/dev"] == 3
+    assert (tmp_path / "artifacts/prepared/questions.parquet").exists()
+    (tmp_path / "data" / "qa.jsonl").write_bytes(GOOD[:-10])
+    with pytest.raises(DataError, match="line 3: invalid JSON"):
+        run(cfg, NullTracker())
+    assert not (tmp_path / "artifacts" / "prepared").exists()
+    assert sorted(p.name for p in (tmp_path / "artifacts").iterdir()) == []  # no temp leftovers either
+
+
+def test_missing_file_names_the_param(tmp_path):
+    cfg = config(tmp_path, "flashrag", "nope.jsonl")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "good.jsonl").write_bytes(GOOD)
+    with pytest.raises(DataError, match=r"nope\.jsonl: file not found \(data.datasets\[1\].path\)"):
+        run(cfg, NullTracker())
