@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from components.config import Config
 from components.io import write_json
@@ -70,7 +69,7 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     try:
         champion = client.get_model_version_by_alias(reg.model_name, reg.alias)
         champion_value = float(champion.tags[reg.metric]) if reg.metric in champion.tags else None
-        champion_version = champion.version
+        champion_version = str(champion.version)
     except MlflowException:
         champion, champion_value, champion_version = None, None, None
 

@@ -1,0 +1,34 @@
+"""The CLI through its real entry point (a subprocess, as DVC calls it)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def agentr1(*args, cwd):
+    return subprocess.run([str(BIN / "agentr1"), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_every_stage(repo_root):
+    from components.stages import STAGES
+
+    out = agentr1("--help", cwd=repo_root)
+    assert out.returncode == 0
+    for name in STAGES:
+        assert name.replace("_", "-") in out.stdout
+
+
+def test_bad_params_fail_before_work(tmp_path, repo_root):
+    (tmp_path / "params.yaml").write_text("train:\n  algorithm: sarsa\n")
+    out = agentr1("prepare", cwd=tmp_path)
+    assert out.returncode == 1
+    assert "train.algorithm" in out.stderr
+    assert not (tmp_path / "artifacts").exists()
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_bad_set_override(repo_root):
+    out = agentr1("validate-params", "-S", "retrieval.top_k=0", cwd=repo_root)
+    assert out.returncode == 1 and "retrieval.top_k" in out.stderr

@@ -1,0 +1,90 @@
+"""Real MLflow sqlite store and registry in a temp dir."""
+
+import json
+
+import mlflow
+import pandas as pd
+import pytest
+
+from components.config import Config, parse_config
+from components.io import write_json
+from components.tracking import register
+from components.tracking.runs import STAGE_TAG, pipeline_run, stage_run
+from tests.tiny_hf import save_tiny_hf_model
+
+
+def _cfg(tmp_path) -> Config:
+    return parse_config({"project": {"artifacts_dir": str(tmp_path / "artifacts")}})
+
+
+def test_stage_runs_nest_under_pipeline_and_log_params_metrics_inputs(mlflow_uri, tmp_path):
+    cfg = _cfg(tmp_path)
+    data = tmp_path / "q.parquet"
+    pd.DataFrame({"id": ["a", "b"], "question": ["x?", "y?"]}).to_parquet(data)
+    with pipeline_run(cfg) as parent:
+        with stage_run(cfg, "prepare", parent_run_id=parent) as tracker:
+            tracker.log_metrics({"recall@5/hotpotqa": 0.5})
+            tracker.log_metrics({"reward": 1.0}, step=3)
+            tracker.log_input(data, context="output")
+    client = mlflow.MlflowClient()
+    child = client.get_run(tracker.run_id)
+    assert child.data.tags["mlflow.parentRunId"] == parent
+    assert child.data.tags[STAGE_TAG] == "prepare"
+    assert child.data.params["retrieval.top_k"] == str(cfg.retrieval.top_k)
+    assert child.data.metrics["recall_5/hotpotqa"] == 0.5
+    assert [m.step for m in client.get_metric_history(tracker.run_id, "reward")] == [3]
+    (ds_input,) = child.inputs.dataset_inputs
+    assert ds_input.dataset.name == "q" and len(ds_input.dataset.digest) == 16
+
+
+def test_failed_stage_marks_run_failed(mlflow_uri, tmp_path):
+    cfg = _cfg(tmp_path)
+    with pytest.raises(RuntimeError):
+        with stage_run(cfg, "validate") as tracker:
+            raise RuntimeError("boom")
+    assert mlflow.MlflowClient().get_run(tracker.run_id).info.status == "FAILED"
+
+
+def _train_and_eval(cfg, tmp_path, em: float) -> None:
+    """What the train and evaluate stages leave behind: a logged model and eval metrics."""
+    model_dir = save_tiny_hf_model(tmp_path / f"model-{em}")
+    with stage_run(cfg, "train") as tracker:
+        uri = tracker.log_model(model_dir, "agent")
+    write_json(cfg.artifacts / "train" / "model.json", {"model_uri": uri})
+    write_json(cfg.artifacts / "metrics" / "eval.json", {"em": {"synthetic": {"dev": em}}})
+
+
+def test_champion_moves_only_on_a_win(mlflow_uri, tmp_path):
+    cfg = _cfg(tmp_path)
+    client = mlflow.MlflowClient()
+    name = cfg.registry.model_name
+    decisions = []
+    for em in (0.5, 0.4, 0.9):
+        _train_and_eval(cfg, tmp_path, em)
+        with stage_run(cfg, "register") as tracker:
+            out = register.run(cfg, tracker)
+        decisions.append(json.loads((cfg.artifacts / "register" / "decision.json").read_text()))
+        assert out["em/synthetic/dev"] == em
+    assert [d["promoted"] for d in decisions] == [True, False, True]
+    assert "does not beat champion 0.5000" in decisions[1]["reason"]
+    champion = client.get_model_version_by_alias(name, "champion")
+    assert str(champion.version) == "3" and champion.tags["em/synthetic/dev"] == "0.9"
+    v2 = client.get_model_version(name, 2)
+    assert "does not beat" in v2.tags["champion_decision"]
+    loaded = mlflow.transformers.load_model(f"models:/{name}@champion", return_type="components")
+    assert "model" in loaded and "tokenizer" in loaded
+
+
+def test_register_names_missing_metric(mlflow_uri, tmp_path):
+    cfg = parse_config({"project": {"artifacts_dir": str(tmp_path / "artifacts")}, "registry": {"metric": "em/nope"}})
+    _train_and_eval(cfg, tmp_path, 0.5)
+    with pytest.raises(KeyError, match="em/nope"):
+        with stage_run(cfg, "register") as tracker:
+            register.run(cfg, tracker)
+
+
+def test_decide_rule():
+    assert register.decide("m", 0.5, None, 0.0)[0]
+    assert not register.decide("m", 0.5, 0.5, 0.0)[0]
+    assert not register.decide("m", 0.55, 0.5, 0.1)[0]
+    assert register.decide("m", 0.65, 0.5, 0.1)[0]
