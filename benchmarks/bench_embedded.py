@@ -9,7 +9,6 @@ and recall@5 of HotpotQA supporting passages, on the shipped corpus (KILT wiki s
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -21,57 +20,29 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from components.config import EmbeddedConfig, SyntheticConfig  # noqa: E402
+from components.config import EmbeddedConfig, load_config  # noqa: E402
+from components.data.prepare import load_all  # noqa: E402
 from components.data.schema import Passage  # noqa: E402
 from components.retrieval.embedded import EmbeddedBackend  # noqa: E402
 
 
-def wiki_passages(path: Path) -> list[Passage]:
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        page = json.loads(line)
-        for i, para in enumerate(page["text"][1:]):  # text[0] repeats the title
-            if para.strip():
-                out.append(Passage(f"wiki:{page['wikipedia_title']}:{i}", page["wikipedia_title"], para.strip()))
-    return out
-
-
-def hotpot(path: Path) -> tuple[list[Passage], list[tuple[str, set[str]]]]:
-    """Paragraphs deduplicated by (title, text), and (question, supporting ids) pairs."""
-    by_key: dict[tuple[str, str], str] = {}
-    questions = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        q = json.loads(line)
-        support = set()
-        for c in q["contexts"]:
-            pid = by_key.setdefault((c["title"], c["paragraph_text"]), f"hotpot:{len(by_key)}")
-            if c["is_supporting"]:
-                support.add(pid)
-        questions.append((q["question_text"], support))
-    return [Passage(pid, t, x) for (t, x), pid in by_key.items()], questions
-
-
-def synthetic_passages() -> list[Passage]:
-    try:
-        from components.data.synthetic import generate_world
-
-        return generate_world(SyntheticConfig()).passages()
-    except Exception as err:  # the generator is optional for this benchmark
-        print(f"(synthetic corpus skipped: {err})")
-        return []
-
-
 def corpus() -> tuple[list[Passage], list[tuple[str, set[str]]]]:
-    hp, questions = hotpot(ROOT / "data/hotpotqa/dev_distractor_ircot_300.jsonl")
-    passages = wiki_passages(ROOT / "data/wiki/kilt_sample_100_pages.jsonl") + hp + synthetic_passages()
-    return passages, questions
+    """The pipeline's own corpus (params.yaml through the prepare loaders): wiki + synthetic passages;
+    queries are the HotpotQA dev questions with their supporting passage ids, then synthetic dev questions."""
+    cfg = load_config(ROOT / "params.yaml", {"project.data_dir": str(ROOT / "data")})
+    questions, passages = load_all(cfg.data, cfg.data_root)
+    passages = [p for p in passages if p.corpus in ("wiki", "synthetic")]
+    hotpot = [(q.question, set(q.supporting_ids)) for q in questions if q.dataset == "hotpotqa"]
+    synthetic = [(q.question, set()) for q in questions if q.dataset == "synthetic" and q.split == "dev"]
+    return passages, hotpot + synthetic
 
 
 def recall_at(ranked: list[list[str]], questions: list[tuple[str, set[str]]], k: int) -> float:
+    """Mean recall@k over the questions that have supporting ids (HotpotQA)."""
     return statistics.mean(len(set(r[:k]) & s) / len(s) for r, (_, s) in zip(ranked, questions) if s)
 
 
-def measure(name: str, build, search, passages, questions, repeats: int = 3) -> dict:
+def measure(name: str, build, search, passages, questions, repeats: int) -> dict:
     """build() -> None; search(list[str], k) -> list[list[str]] of ids."""
     t = time.perf_counter()
     build()
@@ -99,7 +70,7 @@ def measure(name: str, build, search, passages, questions, repeats: int = 3) -> 
     return row
 
 
-def embedded(passages, questions, tmp: Path, cfg: EmbeddedConfig, name: str) -> dict:
+def embedded(passages, questions, tmp: Path, cfg: EmbeddedConfig, name: str, repeats: int) -> dict:
     backend = EmbeddedBackend(tmp / name, cfg)
     return measure(
         name,
@@ -107,10 +78,11 @@ def embedded(passages, questions, tmp: Path, cfg: EmbeddedConfig, name: str) -> 
         lambda qs, k: [[h.id for h in hits] for hits in backend.search("bench", qs, k)],
         passages,
         questions,
+        repeats,
     )
 
 
-def tantivy_engine(passages, questions, tmp: Path) -> dict:
+def tantivy_engine(passages, questions, tmp: Path, repeats: int) -> dict:
     import tantivy
 
     sb = tantivy.SchemaBuilder()
@@ -146,21 +118,23 @@ def tantivy_engine(passages, questions, tmp: Path) -> dict:
             out.append([searcher.doc(addr)["id"][0] for _, addr in hits])
         return out
 
-    return measure("tantivy 0.27 (en_stem)", build, search, passages, questions)
+    return measure("tantivy 0.27 (en_stem)", build, search, passages, questions, repeats)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--compare", action="store_true", help="also measure tantivy and bm25s variants")
+    ap.add_argument("--repeats", type=int, default=3, help="passes over the queries per batched measurement")
     args = ap.parse_args()
     passages, questions = corpus()
     rows = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        rows.append(embedded(passages, questions, tmp, EmbeddedConfig(), "embedded bm25s (default)"))
+        rows.append(embedded(passages, questions, tmp, EmbeddedConfig(), "bm25s + stemmer (default)", args.repeats))
         if args.compare:
-            rows.append(embedded(passages, questions, tmp, EmbeddedConfig(stemmer="english"), "bm25s + stemmer"))
-            rows.append(tantivy_engine(passages, questions, tmp))
+            no_stem = EmbeddedConfig(stemmer=None)
+            rows.append(embedded(passages, questions, tmp, no_stem, "bm25s, no stemmer", args.repeats))
+            rows.append(tantivy_engine(passages, questions, tmp, args.repeats))
     cols = list(rows[0])
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))

@@ -103,6 +103,7 @@ class EmbeddedBackend:
             "b": self.cfg.b,
             "stemmer": self.cfg.stemmer,
             "token_pattern": self.cfg.token_pattern,
+            "title_weight": self.cfg.title_weight,
             "bm25s": bm25s.__version__,
         }
 
@@ -153,7 +154,8 @@ class EmbeddedBackend:
         return IndexVersion(alias, version, f"{alias}-{version[:12]}", len(passages), created)
 
     def _write_version(self, out: Path, alias: str, version: str, passages: Sequence[Passage]) -> None:
-        tokens = self._tokenize([f"{p.title}\n{p.text}" for p in passages])
+        title_rep = self.cfg.title_weight
+        tokens = self._tokenize([f"{p.title}\n" * title_rep + p.text for p in passages])
         bm25 = bm25s.BM25(k1=self.cfg.k1, b=self.cfg.b, method="lucene")
         bm25.index(tokens, show_progress=False)
         bm25.save(str(out), show_progress=False)
