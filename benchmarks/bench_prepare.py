@@ -52,7 +52,8 @@ def main() -> None:
 
     rows.append(("synthetic + counterfactual worlds", *best(synthetic, args.repeats)))
     with tempfile.TemporaryDirectory() as tmp:
-        stage_cfg = load_config(ROOT / "params.yaml", {"project.data_dir": str(ROOT / "data"), "project.artifacts_dir": tmp})
+        paths = {"project.data_dir": str(ROOT / "data"), "project.artifacts_dir": tmp}
+        stage_cfg = load_config(ROOT / "params.yaml", paths)
 
         def stage():
             m = run(stage_cfg, NullTracker())

@@ -26,7 +26,7 @@ QUESTION_SCHEMA = pa.schema(
         ("corpus", pa.string()),
     ]
 )
-PASSAGE_SCHEMA = pa.schema([("id", pa.string()), ("title", pa.string()), ("text", pa.string()), ("corpus", pa.string())])
+PASSAGE_SCHEMA = pa.schema([(f, pa.string()) for f in ("id", "title", "text", "corpus")])
 QUESTIONS_FILE, PASSAGES_FILE = "questions.parquet", "passages.parquet"
 
 

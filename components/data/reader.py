@@ -17,7 +17,8 @@ def _decode(path: Path, raw: bytes, line_offset: int = 0) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
         line = line_offset + raw[: err.start].count(b"\n") + 1
-        raise DataError(f"{path}: line {line}: not valid UTF-8 (byte {raw[err.start]:#04x} at offset {err.start})") from None
+        byte = raw[err.start]
+        raise DataError(f"{path}: line {line}: not valid UTF-8 (byte {byte:#04x} at offset {err.start})") from None
 
 
 def _read_bytes(path: Path) -> bytes:

@@ -28,7 +28,8 @@ def load_hf(spec: DatasetSpec, path: Path, table: PassageTable) -> list[Question
         sentences = need(context, "sentences", f"{where}: field 'context'", list)
         if len(titles) != len(sentences):
             raise DataError(f"{where}: field 'context': {len(titles)} titles but {len(sentences)} sentence lists")
-        gold = set(need(need(row, "supporting_facts", where, dict), "title", f"{where}: field 'supporting_facts'", list))
+        facts = need(row, "supporting_facts", where, dict)
+        gold = set(need(facts, "title", f"{where}: field 'supporting_facts'", list))
         supporting = []
         for title, sents in zip(titles, sentences):
             if not isinstance(title, str) or not isinstance(sents, list):
