@@ -1,0 +1,70 @@
+"""Prepared questions -> verl's RL parquet schema (one row per question).
+
+    prompt          chat messages: the agent's system prompt (with the tool instructions) and the question turn
+    data_source     the question's dataset
+    agent_name      the agent loop that runs it (agent_loop.AGENT_NAME)
+    reward_model    {"style": "rule", "ground_truth": [answers]}
+    extra_info      {"index", "id", "split", "corpus", "tools_kwargs": {"search": {"create_kwargs": {...}}}}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from components.agent.prompts import initial_messages
+from components.data.prepare import QUESTIONS_FILE, prepared_dir, read_questions
+from components.data.schema import DataError, Question
+from components.io import atomic_path
+
+AGENT_NAME = "agentr1_tool_agent"
+TRAIN_SPLIT, EVAL_SPLIT = "train", "dev"
+
+
+def row(q: Question, index: int) -> dict[str, Any]:
+    return {
+        "data_source": q.dataset,
+        "agent_name": AGENT_NAME,
+        "prompt": initial_messages(q.question),
+        "ability": "multihop_qa",
+        "reward_model": {"style": "rule", "ground_truth": list(q.answers)},
+        "extra_info": {
+            "index": index,
+            "id": q.id,
+            "split": q.split,
+            "corpus": q.corpus,
+            "tools_kwargs": {"search": {"create_kwargs": {"corpus": q.corpus, "supporting_ids": list(q.supporting_ids)}}},
+        },
+    }
+
+
+def write_split(questions: Sequence[Question], path: str | Path) -> int:
+    with atomic_path(path) as tmp:
+        pd.DataFrame([row(q, i) for i, q in enumerate(questions)]).to_parquet(tmp, index=False)
+    return len(questions)
+
+
+def export(cfg, out_dir: str | Path, eval_questions: int | None = None) -> dict[str, Path]:
+    """Write train.parquet and val.parquet under `out_dir`; returns their paths."""
+    source = prepared_dir(cfg) / QUESTIONS_FILE
+    if not source.exists():
+        raise FileNotFoundError(f"{source}: prepared questions not found (run the prepare stage)")
+    questions = read_questions(source)
+    splits = {
+        "train": [q for q in questions if q.split == TRAIN_SPLIT],
+        "val": [q for q in questions if q.split == EVAL_SPLIT][:eval_questions],
+    }
+    for name, qs in splits.items():
+        if not qs:
+            raise DataError(f"{source}: no questions in split {TRAIN_SPLIT if name == 'train' else EVAL_SPLIT!r}")
+        bad = next((q for q in qs if not q.answers), None)
+        if bad is not None:
+            raise DataError(f"{source}: question {bad.id!r} has no answers")
+    out = Path(out_dir)
+    paths = {name: out / f"{name}.parquet" for name in splits}
+    for name, qs in splits.items():
+        write_split(qs, paths[name])
+    return paths

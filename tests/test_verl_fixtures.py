@@ -1,0 +1,76 @@
+"""Shared pieces for the verl tests: a params Config in a temp project, a real BM25 index, the tiny tokenizer,
+and verl's own Hydra config composed from our overrides (Hydra's compose API, same config module as main_ppo)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from components.config import Config, parse_config
+from components.data.schema import Passage
+
+PASSAGES = [
+    Passage("fr", "France", "Paris is the capital and largest city of France.", corpus="toy"),
+    Passage("de", "Germany", "Berlin is the capital of Germany.", corpus="toy"),
+    Passage("it", "Italy", "Rome is the capital city of Italy.", corpus="toy"),
+]
+REWARD = {
+    "answer_metric": "em",
+    "format_penalty": 0.3,
+    "valid_call": 0.1,
+    "invalid_call": 0.2,
+    "supporting": 0.5,
+    "new_info": 0.05,
+    "search_cost": 0.02,
+}
+
+
+def make_cfg(root: Path, **train: object) -> Config:
+    return parse_config(
+        {
+            "project": {"artifacts_dir": str(root / "artifacts"), "data_dir": str(root / "data")},
+            "retrieval": {"top_k": 2},
+            "agent": {"max_turns": 4, "reward": REWARD},
+            "train": {"backend": "verl", "questions_per_step": 4, "group_size": 2, **train},
+        }
+    )
+
+
+def build_index(cfg: Config) -> None:
+    from components.retrieval.factory import make_backend
+
+    backend = make_backend(cfg)
+    backend.build("toy", PASSAGES)
+    backend.close()
+
+
+def tiny_tokenizer():
+    from components.model.tiny import build_tokenizer
+
+    texts = [p.text for p in PASSAGES] + ["Question: what is the capital of France? search query answer"]
+    return build_tokenizer(texts, vocab_size=400)
+
+
+def verl_config(cfg: Config):
+    """verl's ppo_trainer config with our overrides, composed by Hydra in-process."""
+    from hydra import compose, initialize_config_module
+
+    from components.verl_backend.launch import overrides
+
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        return compose("ppo_trainer", overrides=overrides(cfg))
+
+
+@pytest.fixture
+def cfg(tmp_path) -> Config:
+    c = make_cfg(tmp_path)
+    build_index(c)
+    return c
+
+
+def test_fixture_index_answers(cfg):
+    from components.retrieval.factory import make_backend
+
+    hits = make_backend(cfg).search("toy", ["capital of France"], 2)[0]
+    assert hits[0].id == "fr"
