@@ -78,6 +78,13 @@ xpack.ml.enabled: false
 ingest.geoip.downloader.enabled: false
 cluster.routing.allocation.disk.threshold_enabled: false
 action.destructive_requires_name: false
+# features this project does not use: less work at startup on small machines
+xpack.watcher.enabled: false
+xpack.profiling.enabled: false
+xpack.ent_search.enabled: false
+stack.templates.enabled: false
+cluster.deprecation_indexing.enabled: false
+indices.lifecycle.history_index_enabled: false
 EOF
     printf -- '-Xms%s\n-Xmx%s\n' "$ES_HEAP" "$ES_HEAP" >"$HOME_DIR/config/jvm.options.d/heap.options"
     chown -R "$ES_USER:" "$HOME_DIR" "$ES_ROOT/data" "$ES_ROOT/logs" "$ES_ROOT/tmp" "$ES_ROOT/run"

@@ -1,0 +1,107 @@
+"""Faults against the real local server: `scripts/es.sh stop` in the middle of a bulk load and of a search batch.
+
+Each test stops and restarts the server (about 15 s each on 2 cores).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+import pytest
+
+from components.config import ElasticsearchConfig
+from components.data.schema import Passage
+from components.retrieval.base import SearchError, corpus_hash
+from components.retrieval.elasticsearch import ElasticsearchBackend
+from tests.es_fixtures import drop_indices, es_script
+
+pytestmark = pytest.mark.es
+
+
+class StopsServerAt(Sequence[Passage]):
+    """A corpus whose chunk starting at row `at` is handed to the bulk loader only after `event()` ran."""
+
+    def __init__(self, passages: Sequence[Passage], at: int, event: Callable[[], object]) -> None:
+        self.passages, self.at, self.event, self.fired = list(passages), at, event, False
+
+    def __len__(self) -> int:
+        return len(self.passages)
+
+    def __iter__(self) -> Iterator[Passage]:
+        return iter(self.passages)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice) and (i.start or 0) >= self.at and not self.fired:
+            self.fired = True
+            self.event()
+        return self.passages[i]
+
+
+@pytest.fixture
+def backend(es_local: str, es_cfg: ElasticsearchConfig):
+    cfg = es_cfg.model_copy(update={"bulk_chunk_size": 250})
+    b = ElasticsearchBackend(cfg, url=es_local)
+    yield b
+    es_script("start")  # whatever happened, leave the server up for the next test
+    drop_indices(b)
+    b.close()
+
+
+def test_server_stopped_mid_index_keeps_old_version_live_and_rerun_is_exact(backend, es_local, hotpotqa_sample):
+    questions, passages = hotpotqa_sample
+    old = backend.build("faults", passages[:500])
+
+    corpus = StopsServerAt(passages, at=1000, event=lambda: es_script("stop"))
+    with pytest.raises(SearchError, match=rf"{es_local}: bulk load of .*-faults-[0-9a-f]{{12}} failed: .*Connection"):
+        backend.build("faults", corpus)
+    assert corpus.fired
+
+    es_script("start")
+    assert backend.live_version("faults") == old.version  # the alias never moved
+    [hits] = backend.search("faults", [passages[10].title + " " + passages[10].text[:80]], k=3)
+    assert passages[10].id in {h.id for h in hits}
+    partial = backend.client.indices.get_mapping(index=f"{backend.alias_name('faults')}-*").body
+    assert {name: m["mappings"]["_meta"]["complete"] for name, m in partial.items()} == {
+        old.name: True,
+        backend.index_name("faults", corpus_hash(passages)): False,  # half-loaded, never aliased
+    }
+
+    new = backend.build("faults", passages)
+    assert new.created and new.n_docs == len(passages) == 2964
+    assert backend.live_version("faults") == new.version
+    assert backend.client.count(index=new.name).body["count"] == len(passages)  # no duplicates, nothing lost
+    got = backend.client.mget(index=new.name, ids=[p.id for p in passages], source=False).body["docs"]
+    assert all(d["found"] for d in got)
+
+
+def test_server_stopped_mid_batch_raises_search_error_promptly_then_recovers(backend, es_local, hotpotqa_sample):
+    questions, passages = hotpotqa_sample
+    backend.build("faults", passages)
+    batch = [q.question for q in questions[:64]]
+    before = [[h.id for h in r] for r in backend.search("faults", batch, k=5)]
+
+    stopper = threading.Thread(target=es_script, args=("stop",))
+    stopper.start()
+    outcomes: list[str] = []
+    while stopper.is_alive() or outcomes.count("error") < 2:
+        t0 = time.monotonic()
+        try:
+            backend.search("faults", batch, k=5)
+            outcomes.append("ok")
+        except SearchError as err:  # any other exception type fails the test
+            assert es_local in str(err)
+            outcomes.append("error")
+        # bounded: 3 attempts, 0.2 s + 0.4 s backoff, 10 s request timeout
+        assert time.monotonic() - t0 < 15
+    stopper.join()
+
+    t0 = time.monotonic()
+    with pytest.raises(SearchError, match=rf"{es_local}: _msearch of 64 .* after 3 attempts: ConnectionError"):
+        backend.search("faults", batch, k=5)
+    assert time.monotonic() - t0 < 3
+
+    es_script("start")
+    after = [[h.id for h in r] for r in backend.search("faults", batch, k=5)]
+    assert after == before
