@@ -31,7 +31,7 @@ def _dvc_stage(name: str) -> dict[str, Any]:
 
 def _fingerprint(path: Path) -> str:
     h = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    files = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts) if path.is_dir() else [path]
     for f in files:
         h.update(str(f).encode())
         h.update(f.read_bytes())
