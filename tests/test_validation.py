@@ -162,3 +162,11 @@ def test_bad_input_files_name_the_file(tmp_path):
     (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(DataError, match=r"bad\.parquet: not a readable Parquet file"):
         read_table(tmp_path / "bad.parquet", QUESTION_COLUMNS)
+
+
+def test_vectorised_normalisation_matches_official_one():
+    from components.agent.rewards import normalize_answer
+    from components.validation.text import normalise
+
+    texts = ["The  Eiffel-Tower!", "an Apple a day", "Théâtre, the  BEATLES", "", "a", "  x\ty\n", "Anne's 1,965"]
+    assert normalise(pd.Series(texts + [None])).tolist() == [normalize_answer(t) for t in texts] + [""]

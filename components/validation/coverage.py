@@ -6,41 +6,41 @@ not match inside "1990". Only questions whose corpus has passages count; results
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import numpy as np
 import pandas as pd
 
 from components.agent.rewards import normalize_answer
+from components.validation.text import normalise
 
-_SEP = -1  # between passages, so a match never spans two passages
+_SEP = "|"  # after each passage, so a match never spans two; punctuation, so never a normalised token
 
 
 class TokenIndex:
-    """All passage tokens of one corpus as integer codes, with the positions of each code."""
+    """All passage tokens of one corpus as integer codes: a vocabulary, adjacent-pair keys, and code positions."""
 
-    def __init__(self, texts: Iterable[str]):
-        self.vocab: dict[str, int] = {}
-        codes: list[int] = []
-        for text in texts:
-            codes.extend(self.vocab.setdefault(t, len(self.vocab)) for t in normalize_answer(str(text)).split())
-            codes.append(_SEP)
-        self.codes = np.asarray(codes, dtype=np.int64)
-        order = np.argsort(self.codes, kind="stable")
-        self._order = order
-        self._sorted = self.codes[order]
+    def __init__(self, texts: pd.Series):
+        flat = (normalise(texts) + f" {_SEP}").str.split().explode()
+        codes, uniques = pd.factorize(flat)
+        self.vocab = {tok: i for i, tok in enumerate(uniques) if tok != _SEP}
+        self.codes = codes.astype(np.int64)  # the separator has a code of its own, outside the vocabulary
+        self._width = len(uniques)
+        self._pairs = set((self.codes[:-1] * self._width + self.codes[1:]).tolist())
+        self._order = np.argsort(self.codes, kind="stable")
+        self._sorted = self.codes[self._order]
 
     def contains(self, phrase: str) -> bool:
         want = [self.vocab.get(t) for t in normalize_answer(phrase).split()]
         if not want or None in want:
             return False
+        if any(a * self._width + b not in self._pairs for a, b in zip(want, want[1:])):
+            return False
+        if len(want) <= 2:
+            return True
         lo, hi = np.searchsorted(self._sorted, [want[0], want[0] + 1])
         starts = self._order[lo:hi]
         starts = starts[starts + len(want) <= len(self.codes)]
         for offset, code in enumerate(want[1:], start=1):
             starts = starts[self.codes[starts + offset] == code]
-            if not len(starts):
-                return False
         return len(starts) > 0
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.agent.rewards import normalize_answer
+from components.validation.text import normalise
 
 QUESTION_COLUMNS = ("id", "question", "answers", "dataset", "split", "supporting_ids", "corpus")
 PASSAGE_COLUMNS = ("id", "title", "text", "corpus")
@@ -48,21 +48,18 @@ def answers_frame(q: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"question_id": ex["id"].to_numpy(), "answer": ex["answers"].astype(str).to_numpy()})
 
 
-def _key(corpus: pd.Series, pid: pd.Series) -> pd.Series:
-    return corpus.astype(str) + "\x1f" + pid.astype(str)
-
-
 def missing_supporting_ids(q: pd.DataFrame, passages: pd.DataFrame) -> pd.Series:
     ex = q[["corpus", "supporting_ids"]].explode("supporting_ids").dropna(subset=["supporting_ids"])
-    known = set(_key(passages["corpus"], passages["id"]))
-    missing = ex[~_key(ex["corpus"], ex["supporting_ids"]).isin(known)]
+    known = pd.MultiIndex.from_arrays([passages["corpus"].astype(str), passages["id"].astype(str)])
+    wanted = pd.MultiIndex.from_arrays([ex["corpus"].astype(str), ex["supporting_ids"].astype(str)])
+    missing = ex[~wanted.isin(known)]
     joined = missing.groupby(level=0)["supporting_ids"].agg(lambda ids: ", ".join(map(str, ids)))
     return joined.reindex(q.index).astype(object).where(lambda s: s.notna(), None)
 
 
 def split_overlap(q: pd.DataFrame, eval_splits: Sequence[str]) -> pd.Series:
     """For a train row whose normalised question is also in an eval split (or the reverse): 'split:id' of the twin."""
-    norm = q["question"].fillna("").astype(str).map(normalize_answer)
+    norm = normalise(q["question"])
     is_train = q["split"] == "train"
     is_eval = q["split"].isin(list(eval_splits))
     first_train = _first_by_text(norm[is_train], q.loc[is_train])

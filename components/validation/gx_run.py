@@ -26,7 +26,7 @@ def _context(docs_dir: Path | None) -> gx.data_context.EphemeralDataContext:
     if docs_dir is not None:
         sites["report"] = {
             "class_name": "SiteBuilder",
-            "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_dir)},
+            "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(Path(docs_dir).resolve())},
             "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
         }
     config = DataContextConfig(

@@ -5,6 +5,7 @@ Cross-row and cross-table rules expect on the derived columns from `derive.py`.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import great_expectations as gx
@@ -23,7 +24,8 @@ class SuiteSpec:
     expectations: list[gxe.Expectation]
 
     def suite(self) -> gx.ExpectationSuite:
-        return gx.ExpectationSuite(name=self.name, expectations=list(self.expectations))
+        # copies: a GX expectation belongs to one suite, and a spec may build suites in several contexts
+        return gx.ExpectationSuite(name=self.name, expectations=[copy.copy(e) for e in self.expectations])
 
 
 def questions_suite(v: ValidationConfig) -> SuiteSpec:
