@@ -1,0 +1,66 @@
+"""The pipeline through real DVC in a fresh temp copy of the project."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.project import make_project, run
+
+DATA_STAGES = ["prepare", "validate", "index", "retrieval_eval"]
+
+
+def ran(output: str) -> list[str]:
+    return re.findall(r"Running stage '([\w.]+)'", output)
+
+
+def _mlflow_stage_runs(project):
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("agentr1")
+    return {r.data.tags["agentr1.stage"]: r for r in client.search_runs([exp.experiment_id])}
+
+
+@pytest.mark.slow
+def test_dvc_repro_noop_and_exp_run_only_dependents(tmp_path):
+    project = make_project(tmp_path / "p")
+    out = run(["dvc", "repro", "retrieval_eval"], project)
+    assert ran(out.stdout) == DATA_STAGES
+    metrics = json.loads((project / "artifacts" / "metrics" / "retrieval.json").read_text())
+    assert metrics["recall@5/hotpotqa"] > 0.5
+    runs = _mlflow_stage_runs(project)
+    assert set(DATA_STAGES) <= set(runs)
+    assert runs["retrieval_eval"].data.metrics["recall_5/hotpotqa"] == pytest.approx(metrics["recall@5/hotpotqa"])
+    assert runs["prepare"].data.params["retrieval.top_k"] == "3"
+    assert runs["prepare"].inputs.dataset_inputs, "prepare logs its outputs with digests"
+
+    again = run(["dvc", "repro", "retrieval_eval"], project)
+    assert ran(again.stdout) == []
+
+    exp = run(["dvc", "exp", "run", "-S", "retrieval.eval_k=[1,3]", "retrieval_eval"], project)
+    assert ran(exp.stdout) == ["retrieval_eval"]
+    metrics = json.loads((project / "artifacts" / "metrics" / "retrieval.json").read_text())
+    assert "recall@3/hotpotqa" in metrics and "recall@5/hotpotqa" not in metrics
+
+
+@pytest.mark.slow
+def test_corrupted_dataset_stops_at_validate(tmp_path):
+    project = make_project(tmp_path / "p")
+    path = project / "data" / "hotpotqa" / "dev_distractor_ircot_300.jsonl"
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[3])
+    row["question_text"] = "Which " + "very " * 400 + "long question?"
+    lines[3] = json.dumps(row)
+    path.write_text("\n".join(lines) + "\n")
+
+    out = run(["dvc", "repro", "retrieval_eval"], project, check=False)
+    assert out.returncode != 0
+    assert ran(out.stdout) == ["prepare", "validate"]
+    assert "expect_column_value_lengths_to_be_between" in out.stderr + out.stdout
+    assert row["question_id"] in out.stderr + out.stdout
+    assert not (project / "artifacts" / "index").exists()
+    assert not (project / "artifacts" / "validation" / "summary.json").exists()
+    assert list((project / "artifacts" / "validation").rglob("*.html")), "the data-docs report is still written"
