@@ -1,4 +1,4 @@
-"""`agentr1`: one subcommand per pipeline stage, plus `pipeline` and `serve`."""
+"""`agentr1`: one subcommand per pipeline stage, plus `pipeline` and `validate-params`."""
 
 from __future__ import annotations
 
