@@ -14,6 +14,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 def index_body(cfg: ElasticsearchConfig, corpus_hash: str, dims: int | None = None) -> dict[str, Any]:
     """Settings for a bulk load (refresh off, 0 replicas, 1 shard) and a strict mapping.
 
+    Refresh stays off after the load: a version never changes once built, and the build refreshes it once.
     `_meta.complete` is False until the load has been refreshed and counted; only complete indices go live.
     """
     analyzed = {"type": "text", "analyzer": cfg.analyzer}
@@ -34,10 +35,6 @@ def index_body(cfg: ElasticsearchConfig, corpus_hash: str, dims: int | None = No
             "properties": properties,
         },
     }
-
-
-# Once loaded the index is read-only: periodic refreshes are pointless.
-SERVING_SETTINGS = {"index": {"refresh_interval": None}}
 
 
 def clean_query(query: str, max_chars: int) -> str:
