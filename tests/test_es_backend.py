@@ -25,7 +25,7 @@ def test_build_then_search_ranks_the_matching_passage_first(es_backend: Elastics
     assert isinstance(es_backend, SearchBackend)
     v = es_backend.build("wiki", CORPUS)
     assert v.created and v.n_docs == 4 and v.version == corpus_hash(CORPUS)
-    assert v.name == f"{es_backend.cfg.index_prefix}wiki-{v.version[:12]}"
+    assert v.name == f"{es_backend.cfg.index_prefix}wiki-{v.version[:12]}-{es_backend.layout()}"
     assert es_backend.live_version("wiki") == v.version
     [hits] = es_backend.search("wiki", ["voice actress Janet"], k=2)
     assert hits[0].id == "p3" and hits[0].title == "Janet Waldo" and "radio" in hits[0].text
@@ -58,6 +58,17 @@ def test_new_version_moves_the_alias_and_retention_deletes_old_versions(es_backe
     assert left == set(names[-2:])
     aliased = es_backend.client.indices.get_alias(name=es_backend.alias_name("wiki")).body
     assert list(aliased) == [names[-1]]
+
+
+def test_another_analyzer_is_a_new_index_for_the_same_corpus(es_url: str, es_backend: ElasticsearchBackend) -> None:
+    first = es_backend.build("wiki", CORPUS)
+    other = ElasticsearchBackend(es_backend.cfg.model_copy(update={"analyzer": "standard"}), url=es_url)
+    second = other.build("wiki", CORPUS)
+    assert second.created and second.version == first.version and second.name != first.name
+    mapping = other.client.indices.get_mapping(index=second.name).body[second.name]["mappings"]
+    assert mapping["properties"]["contents"]["analyzer"] == "standard"
+    assert other.live_version("wiki") == first.version
+    other.close()
 
 
 def test_rebuilding_an_older_version_switches_back_without_reindexing(es_backend: ElasticsearchBackend) -> None:

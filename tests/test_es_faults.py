@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
+from components.agent.tools import SearchTool
 from components.config import ElasticsearchConfig
 from components.data.schema import Passage
 from components.retrieval.base import SearchError, corpus_hash
@@ -54,7 +55,7 @@ def test_server_stopped_mid_index_keeps_old_version_live_and_rerun_is_exact(back
     old = backend.build("faults", passages[:500])
 
     corpus = StopsServerAt(passages, at=1000, event=lambda: es_script("stop"))
-    with pytest.raises(SearchError, match=rf"{es_local}: bulk load of .*-faults-[0-9a-f]{{12}} failed: .*Connection"):
+    with pytest.raises(SearchError, match=rf"{es_local}: bulk load of .*-faults-[0-9a-f]{{12}}-[0-9a-f]{{6}} failed: .*Connection"):
         backend.build("faults", corpus)
     assert corpus.fired
 
@@ -76,32 +77,36 @@ def test_server_stopped_mid_index_keeps_old_version_live_and_rerun_is_exact(back
     assert all(d["found"] for d in got)
 
 
-def test_server_stopped_mid_batch_raises_search_error_promptly_then_recovers(backend, es_local, hotpotqa_sample):
+def test_server_stopped_mid_batch_of_tool_calls_gives_error_observations_then_recovers(
+    backend, es_local, hotpotqa_sample
+):
     questions, passages = hotpotqa_sample
     backend.build("faults", passages)
-    batch = [q.question for q in questions[:64]]
-    before = [[h.id for h in r] for r in backend.search("faults", batch, k=5)]
+    tool = SearchTool(backend, "faults", top_k=5)
+    calls = [{"query": q.question} for q in questions[:64]]
+    before = [r.doc_ids for r in tool.execute(calls)]
+    assert all(len(ids) == 5 for ids in before)
 
     stopper = threading.Thread(target=es_script, args=("stop",))
     stopper.start()
-    outcomes: list[str] = []
-    while stopper.is_alive() or outcomes.count("error") < 2:
+    failed_batches = 0
+    while stopper.is_alive() or failed_batches < 2:
         t0 = time.monotonic()
-        try:
-            backend.search("faults", batch, k=5)
-            outcomes.append("ok")
-        except SearchError as err:  # any other exception type fails the test
-            assert es_local in str(err)
-            outcomes.append("error")
-        # bounded: 3 attempts, 0.2 s + 0.4 s backoff, 10 s request timeout
+        results = tool.execute(calls)  # never raises: a failed search is an error observation per call
+        # bounded: 3 attempts with 0.2 s + 0.4 s backoff, 10 s request timeout
         assert time.monotonic() - t0 < 15
+        assert len(results) == len(calls)
+        if not results[0].success:
+            failed_batches += 1
+            assert all(not r.success and r.text.startswith("Error: search failed: Elasticsearch at ") for r in results)
+            assert es_local in results[0].text
     stopper.join()
 
     t0 = time.monotonic()
     with pytest.raises(SearchError, match=rf"{es_local}: _msearch of 64 .* after 3 attempts: ConnectionError"):
-        backend.search("faults", batch, k=5)
-    assert time.monotonic() - t0 < 3
+        backend.search("faults", [c["query"] for c in calls], k=5)
+    assert time.monotonic() - t0 < 3  # connection refused: no long waits, just the bounded backoff
 
     es_script("start")
-    after = [[h.id for h in r] for r in backend.search("faults", batch, k=5)]
+    after = [r.doc_ids for r in tool.execute(calls)]
     assert after == before

@@ -1,12 +1,14 @@
 """Elasticsearch SearchBackend: versioned indices named by corpus hash, atomic alias switch, batched _msearch.
 
-Index `<prefix><alias>-<hash12>` holds one corpus version; the alias `<prefix><alias>` points at the live one.
+Index `<prefix><alias>-<hash12>-<layout6>` holds one corpus version (layout: analyzer and embedding model); the alias `<prefix><alias>` points at the live one.
 A build loads a new index with refresh off, refreshes, counts, marks it complete and then moves the alias in one
 `_aliases` call, so a search never sees a half-built index and a failed build leaves the old version serving.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -17,6 +19,7 @@ from components.config import ElasticsearchConfig
 from components.data.schema import Passage
 from components.retrieval.base import Hit, IndexVersion, SearchError, corpus_hash
 from components.retrieval.es_connection import call, check_health, make_client, redact, resolve_url
+from components.retrieval.es_embedding import load_embedder
 from components.retrieval.es_mapping import clean_query, index_body, search_body
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,9 @@ class ElasticsearchBackend:
         self.cfg = es_cfg
         self.url = (url or resolve_url(es_cfg)).rstrip("/")
         self.client: Elasticsearch = make_client(es_cfg, self.url)
+        if embedder is None and es_cfg.embedding_model:
+            loaded = load_embedder(es_cfg.embedding_model)
+            embedder, embedding_dims = loaded, (loaded.dims if loaded else None)
         self.embedder = embedder
         self.embedding_dims = embedding_dims
 
@@ -46,7 +52,13 @@ class ElasticsearchBackend:
         return name
 
     def index_name(self, alias: str, version: str) -> str:
-        return f"{self.alias_name(alias)}-{version[:12]}"
+        """`<prefix><alias>-<corpus hash 12>-<layout 6>`: a new analyzer or embedding model is a new index too."""
+        return f"{self.alias_name(alias)}-{version[:12]}-{self.layout()}"
+
+    def layout(self) -> str:
+        spec = json.dumps([self.cfg.analyzer, self.cfg.embedding_model if self.embedder else None,
+                           self.embedding_dims if self.embedder else None])
+        return hashlib.sha256(spec.encode()).hexdigest()[:6]
 
     # --- connection ------------------------------------------------------------------------------
 
