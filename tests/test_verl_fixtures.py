@@ -52,6 +52,20 @@ def tiny_tokenizer():
     return build_tokenizer(texts, vocab_size=400)
 
 
+def save_tiny_model(cfg: Config) -> Path:
+    """A small Qwen2 model + tokenizer where the base_model stage puts it (verl reads its config for PPO's critic)."""
+    from components.config import TinyModelConfig
+    from components.model.tiny import build_model
+
+    tok = tiny_tokenizer()
+    small = TinyModelConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                            num_key_value_heads=1, max_position_embeddings=256)  # fmt: skip
+    path = cfg.artifacts / "models" / "base"
+    build_model(tok, small, seed=0).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
 def verl_config(cfg: Config):
     """verl's ppo_trainer config with our overrides, composed by Hydra in-process."""
     from hydra import compose, initialize_config_module

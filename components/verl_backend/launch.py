@@ -243,7 +243,7 @@ def validate(job_yaml: str) -> Any:
     try:
         validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
         get_adv_estimator_fn(config.algorithm.adv_estimator)
-    except (AssertionError, ValueError) as err:
+    except (AssertionError, ValueError, OSError) as err:  # OSError: the model path does not load
         raise LaunchError(f"verl's validate_config refused the composed config: {err}") from err
     return config
 

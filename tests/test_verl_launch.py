@@ -1,0 +1,103 @@
+"""The launch command: for every algorithm we offer, `python -m verl.trainer.main_ppo ... --cfg job` composes our
+overrides and verl's validate_config accepts the result (each compose is a subprocess, run side by side)."""
+
+from __future__ import annotations
+
+import shlex
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from components.verl_backend import launch
+from components.verl_backend.config import VerlConfig
+from tests.test_verl_fixtures import make_cfg, save_tiny_model
+
+ALGORITHMS = ["ppo", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"]
+EXPECTED = {
+    "ppo": "gae",
+    "grpo": "grpo_process",  # process rewards are on in the test params
+    "reinforce_plus_plus": "reinforce_plus_plus",
+    "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline",
+    "rloo": "rloo",
+}
+
+
+@pytest.fixture(scope="module")
+def accepted(tmp_path_factory):
+    """algorithm -> (params Config, the config verl composed and validated)."""
+    root = tmp_path_factory.mktemp("launch")
+    cfgs = {a: make_cfg(root / a, algorithm=a, kl_coef=0.01 if a == "grpo" else 0.0) for a in ALGORITHMS}
+    save_tiny_model(cfgs["ppo"])  # the critic's config reads the model's
+    with ThreadPoolExecutor(len(cfgs)) as pool:
+        jobs = dict(zip(cfgs, pool.map(launch.compose, cfgs.values())))
+    return {a: (cfgs[a], launch.validate(job)) for a, job in jobs.items()}
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_verl_accepts_every_algorithm(accepted, algorithm):
+    cfg, job = accepted[algorithm]
+    assert job.algorithm.adv_estimator == EXPECTED[algorithm]
+    assert (job.critic.model.path == job.actor_rollout_ref.model.path) if algorithm == "ppo" else True
+    rollout = job.actor_rollout_ref.rollout
+    assert rollout.name == "vllm" and rollout.n == cfg.train.group_size
+    assert rollout.multi_turn.enable and rollout.multi_turn.format == "hermes"
+    assert rollout.multi_turn.max_assistant_turns == cfg.agent.max_turns
+    assert rollout.multi_turn.tool_config_path == str(launch.paths(cfg).tool_config)
+    assert rollout.agent.default_agent_loop == "agentr1_tool_agent"
+    assert rollout.agent.agent_loop_manager_class == "components.verl_backend.manager.AgentR1AgentLoopManager"
+    assert job.data.train_batch_size == cfg.train.questions_per_step
+    assert job.actor_rollout_ref.actor.optim.lr == cfg.train.lr
+    assert "hf_model" in job.actor_rollout_ref.actor.checkpoint.save_contents
+    assert job.trainer.save_freq > 0 and job.trainer.resume_mode == "auto"
+    assert "mlflow" in job.trainer.logger
+    assert job.reward.custom_reward_function.path.endswith("components/verl_backend/reward.py")
+    assert job.reward.custom_reward_function.reward_kwargs.format_penalty == cfg.agent.reward.format_penalty
+
+
+def test_kl_settings_reach_the_actor(accepted):
+    _, job = accepted["grpo"]
+    assert job.actor_rollout_ref.actor.use_kl_loss is True
+    assert job.actor_rollout_ref.actor.kl_loss_coef == 0.01
+    assert job.actor_rollout_ref.actor.kl_loss_type == "low_var_kl"
+    assert accepted["rloo"][1].actor_rollout_ref.actor.use_kl_loss is False
+
+
+def test_outcome_only_params_keep_verl_grpo(tmp_path):
+    cfg = make_cfg(tmp_path).model_copy(deep=True)
+    reward = cfg.agent.reward.model_copy(update={k: 0.0 for k in launch.PROCESS_KEYS})
+    cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"reward": reward})})
+    assert launch.estimator(cfg) == "grpo"
+
+
+def test_command_is_main_ppo_with_quoted_values(tmp_path):
+    cfg = make_cfg(tmp_path)
+    cmd = launch.build_command(cfg, env={"MLFLOW_TRACKING_URI": "sqlite:////x/mlflow.db"})
+    assert cmd[1:3] == ["-m", "verl.trainer.main_ppo"]
+    assert "+ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_TRACKING_URI='sqlite:////x/mlflow.db'" in cmd
+    assert "trainer.logger=[console,mlflow]" in cmd
+    assert shlex.split(shlex.join(cmd)) == cmd
+    assert launch.build_command(cfg) == launch.build_command(cfg)  # pure in params
+
+
+def test_multi_node_and_extra_overrides(tmp_path, monkeypatch):
+    v = VerlConfig(nnodes=2, n_gpus_per_node=8, ray_address="auto", extra_overrides=["trainer.val_only=true"])
+    monkeypatch.setattr(launch, "verl_config", lambda cfg: v)
+    o = launch.overrides(make_cfg(tmp_path))
+    assert {"trainer.nnodes=2", "trainer.n_gpus_per_node=8", "+ray_kwargs.ray_init.address=auto"} <= set(o)
+    assert o[-1] == "trainer.val_only=true"
+
+
+def test_verl_rejects_a_bad_override_with_its_message(tmp_path, monkeypatch):
+    v = VerlConfig(extra_overrides=["trainer.no_such_key=1"])
+    monkeypatch.setattr(launch, "verl_config", lambda cfg: v)
+    with pytest.raises(launch.LaunchError, match="no_such_key"):
+        launch.compose(make_cfg(tmp_path))
+
+
+def test_validate_config_refusal_is_a_launch_error(accepted):
+    from omegaconf import OmegaConf
+
+    _, job = accepted["rloo"]
+    bad = OmegaConf.to_yaml(job).replace("train_batch_size: 4", "train_batch_size: 3")
+    with pytest.raises(launch.LaunchError, match="validate_config refused"):
+        launch.validate(bad)
