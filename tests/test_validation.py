@@ -120,7 +120,7 @@ def test_answer_coverage_on_hand_built_case():
 
 
 def _prepared(tmp_path, questions: pd.DataFrame, passages: pd.DataFrame) -> Config:
-    (tmp_path / "prepared").mkdir(exist_ok=True)
+    (tmp_path / "prepared").mkdir(parents=True, exist_ok=True)
     questions.to_parquet(tmp_path / "prepared" / "questions.parquet")
     passages.to_parquet(tmp_path / "prepared" / "passages.parquet")
     return Config(project=ProjectConfig(artifacts_dir=str(tmp_path)), validation=V)
@@ -170,3 +170,24 @@ def test_vectorised_normalisation_matches_official_one():
 
     texts = ["The  Eiffel-Tower!", "an Apple a day", "Théâtre, the  BEATLES", "", "a", "  x\ty\n", "Anne's 1,965"]
     assert normalise(pd.Series(texts + [None])).tolist() == [normalize_answer(t) for t in texts] + [""]
+
+
+def test_cli_validate_exits_non_zero_with_readable_message(tmp_path):
+    """The real `agentr1 validate` (as DVC runs it) on a corrupted prepared table: exit 1, report kept, no summary."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    _prepared(tmp_path / "artifacts", _set(clean_questions(), 1, "split", "validation"), clean_passages())
+    (tmp_path / "params.yaml").write_text("project:\n  artifacts_dir: artifacts\n")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "agentr1"), "validate"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 1, out.stderr
+    message = " ".join(out.stderr.split())  # rich wraps long lines
+    assert "expect_column_values_to_be_in_set(column=split" in message and "id='q2', split='validation'" in message
+    assert (tmp_path / "artifacts" / "validation" / "report" / "index.html").exists()
+    assert not (tmp_path / "artifacts" / "validation" / "summary.json").exists()
