@@ -31,6 +31,14 @@ def test_verl_logger_writes_into_a_child_of_the_stage_run(mlflow_uri, tmp_path, 
     assert run.info.experiment_id == stage.info.experiment_id
     assert launch._final_metrics(child) == {"verl/critic/score/mean": 0.75, "verl/val-core/toyqa/acc/mean_at_1": 0.5}  # verl maps @
 
+    from components.training import CurveRecorder
+    from components.tracking.tracker import NullTracker
+
+    curve = CurveRecorder(NullTracker())
+    launch._replay_curve(child, curve)
+    assert curve.rows == {1: {"verl/critic/score/mean": 0.25, "verl/val-core/toyqa/acc/mean_at_1": 0.5},
+                          2: {"verl/critic/score/mean": 0.75}}  # fmt: skip
+
 
 def test_no_stage_run_means_no_child(tmp_path):
     from components.tracking.tracker import NullTracker

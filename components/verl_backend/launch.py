@@ -320,6 +320,7 @@ def run(cfg: Config, tracker, dry_run: bool = False) -> dict[str, float]:
         raise LaunchError(f"verl training failed (exit {code}); log {p.log}:\n{_tail(p.log.read_text())}")
     trained = merge(cfg)
     tracker.log_model(trained, "agent")
+    _replay_curve(child, tracker)
     return _final_metrics(child)
 
 
@@ -365,6 +366,9 @@ def _child_run(cfg: Config, tracker) -> str | None:
     return run.info.run_id
 
 
+CURVE_KEYS = ("critic/score/mean", "critic/rewards/mean", "response_length/mean", "val-core/")
+
+
 def _final_metrics(run_id: str | None) -> dict[str, float]:
     """The last value of verl's score, reward and validation metrics, from the run it logged to."""
     if run_id is None:
@@ -372,5 +376,17 @@ def _final_metrics(run_id: str | None) -> dict[str, float]:
     import mlflow
 
     metrics = mlflow.MlflowClient().get_run(run_id).data.metrics
-    keep = ("critic/score/mean", "critic/rewards/mean", "response_length/mean", "val-core/")
-    return {f"verl/{k}": float(v) for k, v in metrics.items() if k.startswith(keep)}
+    return {f"verl/{k}": float(v) for k, v in metrics.items() if k.startswith(CURVE_KEYS)}
+
+
+def _replay_curve(run_id: str | None, tracker) -> None:
+    """Copy verl's per-step curve into the stage tracker (the stage run and the train stage's curve.csv)."""
+    if run_id is None:
+        return
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    for key in client.get_run(run_id).data.metrics:
+        if key.startswith(CURVE_KEYS):
+            for m in client.get_metric_history(run_id, key):
+                tracker.log_metrics({f"verl/{key}": m.value}, step=m.step)
