@@ -18,7 +18,15 @@ from elasticsearch import Elasticsearch, helpers
 from components.config import ElasticsearchConfig
 from components.data.schema import Passage
 from components.retrieval.base import Hit, IndexVersion, SearchError, corpus_hash
-from components.retrieval.es_connection import call, check_health, make_client, redact, resolve_url
+from components.retrieval.es_connection import (
+    RETRY_STATUSES,
+    TransientError,
+    call,
+    check_health,
+    make_client,
+    redact,
+    resolve_url,
+)
 from components.retrieval.es_embedding import load_embedder
 from components.retrieval.es_mapping import clean_query, index_body, search_body
 
@@ -216,12 +224,16 @@ class ElasticsearchBackend:
         for text, vec in zip(texts, vectors, strict=True):
             searches.append({"index": es_alias})
             searches.append(search_body(self.cfg, text, k, vec))
-        resp = self._call(
-            f"_msearch of {len(texts)} on {es_alias}",
-            lambda: self.client.msearch(searches=searches),  # filter_path measured 7% slower (ES re-serialises)
-        )
+        def msearch() -> list[dict[str, Any]]:
+            responses = self.client.msearch(searches=searches).body.get("responses", [])
+            busy = [r for r in responses if r.get("status") in RETRY_STATUSES]
+            if busy:
+                raise TransientError(f"{len(busy)} of {len(responses)} searches answered HTTP {busy[0]['status']}")
+            return responses
+
+        responses = self._call(f"_msearch of {len(texts)} on {es_alias}", msearch)
         results: list[list[Hit]] = []
-        for i, r in enumerate(resp.body.get("responses", [])):
+        for i, r in enumerate(responses):
             if "error" in r:
                 err = r["error"]
                 reason = err.get("reason") or err.get("type") if isinstance(err, dict) else err

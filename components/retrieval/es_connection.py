@@ -26,6 +26,10 @@ T = TypeVar("T")
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
 
+class TransientError(Exception):
+    """A response that ES says to retry (e.g. one _msearch item rejected with 429 while the others succeeded)."""
+
+
 def resolve_url(cfg: ElasticsearchConfig, env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     return (env.get("ES_URL") or cfg.url).rstrip("/")
@@ -63,7 +67,7 @@ def describe(err: BaseException) -> str:
 
 
 def retryable(err: BaseException) -> bool:
-    if isinstance(err, (TransportConnectionError, ConnectionTimeout)):
+    if isinstance(err, (TransportConnectionError, ConnectionTimeout, TransientError)):
         return True
     if isinstance(err, ApiError):
         return err.meta.status in RETRY_STATUSES
@@ -86,7 +90,7 @@ def call(
     for attempt in range(max_retries + 1):
         try:
             return fn()
-        except (TransportError, ApiError) as err:
+        except (TransportError, ApiError, TransientError) as err:
             if not retryable(err) or attempt == max_retries:
                 tries = f" after {attempt + 1} attempts" if attempt else ""
                 raise SearchError(f"Elasticsearch at {redact(url)}: {what} failed{tries}: {describe(err)}") from err
