@@ -152,6 +152,11 @@ stop() {
     rm -f "$PIDFILE"
 }
 
+signal_es() {  # pause/resume: SIGSTOP/SIGCONT, a hung server for timeout tests
+    running || die "not running"
+    kill "-$1" "$(pid)"
+}
+
 case "${1:-}" in
     install) install ;;
     verify) [[ -n "${2:-}" ]] || die "usage: $0 verify TARBALL"; verify "$2" && log "SHA-512 ok: $2" ;;
@@ -159,6 +164,8 @@ case "${1:-}" in
     stop) stop ;;
     restart) stop; start ;;
     status) status ;;
+    pause) signal_es STOP; log "paused pid $(pid)" ;;
+    resume) signal_es CONT; log "resumed pid $(pid)" ;;
     url) echo "$URL" ;;
-    *) echo "usage: $0 install|verify TARBALL|start|stop|restart|status|url" >&2; exit 64 ;;
+    *) echo "usage: $0 install|verify TARBALL|start|stop|restart|status|pause|resume|url" >&2; exit 64 ;;
 esac

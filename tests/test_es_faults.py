@@ -110,3 +110,21 @@ def test_server_stopped_mid_batch_of_tool_calls_gives_error_observations_then_re
     es_script("start")
     after = [r.doc_ids for r in tool.execute(calls)]
     assert after == before
+
+
+def test_hung_server_times_out_within_the_bound_and_recovers(backend, es_local, es_cfg):
+    backend.build("faults", [Passage("a", "Alpha", "first letter"), Passage("b", "Beta", "second letter")])
+    impatient = ElasticsearchBackend(
+        es_cfg.model_copy(update={"request_timeout_s": 1.0, "max_retries": 1, "retry_backoff_s": 0.1}), url=es_local
+    )
+    es_script("pause")  # SIGSTOP: the port accepts connections, nothing answers
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(SearchError, match=rf"{es_local}: _msearch of 1 .* after 2 attempts: ConnectionTimeout"):
+            impatient.search("faults", ["letter"], k=1)
+        assert time.monotonic() - t0 < 5  # 2 x 1 s timeout + 0.1 s backoff
+    finally:
+        es_script("resume")
+    [hits] = impatient.search("faults", ["second letter"], k=1)
+    assert hits[0].id == "b"
+    impatient.close()
