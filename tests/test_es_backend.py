@@ -71,6 +71,14 @@ def test_another_analyzer_is_a_new_index_for_the_same_corpus(es_url: str, es_bac
     other.close()
 
 
+def test_retention_leaves_aliases_with_a_common_prefix_alone(es_backend: ElasticsearchBackend) -> None:
+    other = es_backend.build("wiki-2", CORPUS)
+    for i in range(3):
+        es_backend.build("wiki", CORPUS[: i + 1])
+    assert es_backend.live_version("wiki-2") == other.version
+    assert es_backend.client.indices.exists(index=other.name)
+
+
 def test_rebuilding_an_older_version_switches_back_without_reindexing(es_backend: ElasticsearchBackend) -> None:
     old = es_backend.build("wiki", CORPUS)
     new = es_backend.build("wiki", CORPUS[:2])
@@ -105,6 +113,8 @@ def test_search_on_a_missing_alias_names_the_alias(es_backend: ElasticsearchBack
 def test_bad_alias_and_duplicate_ids_are_refused_before_any_write(es_backend: ElasticsearchBackend) -> None:
     with pytest.raises(ValueError, match="Wiki"):
         es_backend.build("Wiki", CORPUS)
+    with pytest.raises(ValueError, match="no passages"):
+        es_backend.build("wiki", [])
     with pytest.raises(ValueError, match=r"duplicate id 'p1' at row 4"):
         es_backend.build("wiki", CORPUS + [CORPUS[0]])
     assert es_backend.live_version("wiki") is None

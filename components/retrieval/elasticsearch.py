@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -82,7 +83,9 @@ class ElasticsearchBackend:
         """Physical indices of `alias` (any version): name -> {aliases, settings.index.creation_date, meta}."""
         pattern = f"{self.alias_name(alias)}-*"
         got = self._call(f"list {pattern}", lambda: self.client.indices.get(index=pattern, allow_no_indices=True))
-        return dict(got.body)
+        # the pattern also matches other aliases that start with this one ("wiki-2" for "wiki"): keep exact versions
+        version = re.compile(rf"{re.escape(self.alias_name(alias))}-[0-9a-f]{{12}}-[0-9a-f]{{6}}")
+        return {name: info for name, info in got.body.items() if version.fullmatch(name)}
 
     def _live_index(self, alias: str) -> str | None:
         name = self.alias_name(alias)
@@ -109,6 +112,8 @@ class ElasticsearchBackend:
 
     def build(self, alias: str, passages: Sequence[Passage]) -> IndexVersion:
         es_alias = self.alias_name(alias)
+        if not passages:
+            raise ValueError(f"index {alias!r}: no passages to index")
         _check_unique(passages)
         version = corpus_hash(passages)
         index = self.index_name(alias, version)
