@@ -101,3 +101,15 @@ def test_validate_config_refusal_is_a_launch_error(accepted):
     bad = OmegaConf.to_yaml(job).replace("train_batch_size: 4", "train_batch_size: 3")
     with pytest.raises(launch.LaunchError, match="validate_config refused"):
         launch.validate(bad)
+
+
+def test_driver_loads_manager_class_and_our_registrations():
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+    from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+    from verl.utils.import_utils import load_class_from_fqn
+
+    cls = load_class_from_fqn(launch._manager_class(), "AgentLoopManager")  # as verl's TaskRunner does
+    assert issubclass(cls, AgentLoopManagerTQ)
+    assert get_adv_estimator_fn("grpo_process").__module__ == "components.verl_backend.estimator"
+    assert _agent_loop_registry["agentr1_tool_agent"]["_target_"].endswith("AgentR1ToolAgentLoop")
