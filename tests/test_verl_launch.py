@@ -113,3 +113,15 @@ def test_driver_loads_manager_class_and_our_registrations():
     assert issubclass(cls, AgentLoopManagerTQ)
     assert get_adv_estimator_fn("grpo_process").__module__ == "components.verl_backend.estimator"
     assert _agent_loop_registry["agentr1_tool_agent"]["_target_"].endswith("AgentR1ToolAgentLoop")
+
+
+def test_dry_run_shows_command_and_accepted_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    text = launch.describe(make_cfg(tmp_path))
+    command = text.splitlines()[1]
+    assert shlex.split(command)[1:3] == ["-m", "verl.trainer.main_ppo"]
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    assert f"+ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_TRACKING_URI='{uri}'" in shlex.split(command)
+    job = text.split("# config verl accepted (--cfg job)\n", 1)[1]
+    assert "adv_estimator: grpo_process" in job
+    assert f"MLFLOW_TRACKING_URI: {uri}" in job

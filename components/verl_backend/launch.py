@@ -221,9 +221,9 @@ def _manager_class() -> str:
 # --- what verl accepted ------------------------------------------------------------------------------
 
 
-def compose(cfg: Config, timeout: float = 300) -> str:
+def compose(cfg: Config, env: Mapping[str, str] | None = None, timeout: float = 300) -> str:
     """The job config verl composes from our command (`--cfg job`), as YAML text; LaunchError if it refuses."""
-    cmd = build_command(cfg) + ["--cfg", "job"]
+    cmd = build_command(cfg, env) + ["--cfg", "job"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_quiet_env())
     if proc.returncode != 0:
         raise LaunchError(f"verl rejected the overrides (exit {proc.returncode}):\n{_tail(proc.stderr or proc.stdout)}")
@@ -252,10 +252,13 @@ def describe(cfg: Config) -> str:
     """The exact launch command and the config verl composed and validated from it."""
     import shlex
 
-    command = shlex.join(build_command(cfg))
-    job = compose(cfg)
+    from components.tracking.runs import tracking_uri
+
+    env = {"MLFLOW_TRACKING_URI": tracking_uri(cfg)}
+    command = shlex.join(build_command(cfg, env))
+    job = compose(cfg, env)
     validate(job)
-    notes = []
+    notes = ["# run adds +ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID=<verl run nested under the stage run>"]
     if has_process_rewards(cfg) and estimator(cfg) in SEQUENCE_LEVEL:
         notes.append(
             f"# note: {estimator(cfg)} sums token-level rewards per response; process rewards count only in the total"
