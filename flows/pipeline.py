@@ -38,12 +38,15 @@ def _fingerprint(path: Path) -> str:
     return h.hexdigest()
 
 
-def stage_cache_key(name: str, cfg: Config) -> str | None:
-    """Key = stage + config + content of the stage's DVC deps; no key (no cache) while an output is missing."""
+def outputs_present(name: str) -> bool:
     spec = _dvc_stage(name)
-    outs = [next(iter(o)) if isinstance(o, dict) else o for o in spec.get("outs", [])]
-    if any(not Path(o).exists() for o in outs):
-        return None
+    outs = [next(iter(o)) if isinstance(o, dict) else o for o in spec.get("outs", []) + spec.get("metrics", [])]
+    return all(Path(o).exists() for o in outs)
+
+
+def stage_cache_key(name: str, cfg: Config) -> str:
+    """Key = stage + config + content of the stage's DVC deps (the same inputs DVC tracks)."""
+    spec = _dvc_stage(name)
     h = hashlib.sha256(name.encode())
     h.update(json.dumps(cfg.model_dump(mode="json"), sort_keys=True).encode())
     for dep in spec.get("deps", []):
@@ -52,7 +55,7 @@ def stage_cache_key(name: str, cfg: Config) -> str | None:
     return h.hexdigest()
 
 
-def _cache_key_fn(context, arguments: dict[str, Any]) -> str | None:
+def _cache_key_fn(context, arguments: dict[str, Any]) -> str:
     return stage_cache_key(arguments["name"], arguments["cfg"])
 
 
@@ -76,7 +79,10 @@ def pipeline(
     results: dict[str, dict[str, float]] = {}
     with pipeline_run(cfg) as parent_run_id:
         for name in selected:
-            task_fn = stage.with_options(retries=RETRIES.get(name, 0), retry_delay_seconds=5)
+            # A deleted output invalidates the cache entry: run, and store the fresh result under the key.
+            task_fn = stage.with_options(
+                retries=RETRIES.get(name, 0), retry_delay_seconds=5, refresh_cache=not outputs_present(name)
+            )
             results[name] = task_fn(name, cfg, parent_run_id)
     return results
 
