@@ -40,7 +40,7 @@ def _lineage(cfg: Config) -> dict[str, str]:
             tags[f"data.{name}.sha256"] = file_digest(path)
     manifest = cfg.artifacts / "index" / "manifest.json"
     if manifest.exists():
-        for alias, info in json.loads(manifest.read_text()).get("indexes", {}).items():
+        for alias, info in json.loads(manifest.read_text()).items():
             tags[f"index.{alias}.version"] = str(info.get("version"))
     return tags
 
