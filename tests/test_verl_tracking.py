@@ -68,3 +68,21 @@ def test_missing_checkpoint_is_named(tmp_path):
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("7")
     with pytest.raises(launch.LaunchError, match="global_step_7/actor: checkpoint named by"):
         launch.latest_checkpoint(tmp_path)
+
+
+def test_failed_training_run_is_a_launch_error_with_the_log_tail(mlflow_uri, tmp_path, monkeypatch):
+    from components.verl_backend.config import VerlConfig
+
+    cfg = make_cfg(tmp_path)
+    prepared_dir(cfg).mkdir(parents=True)
+    write_questions(prepared_dir(cfg) / QUESTIONS_FILE, QUESTIONS)
+    monkeypatch.setattr(launch, "verl_config", lambda c: VerlConfig(extra_overrides=["trainer.no_such_key=1"]))
+    with mlflow.start_run() as stage:
+        tracker = MlflowTracker(stage.info.run_id)
+        with pytest.raises(launch.LaunchError, match=r"(?s)verl training failed \(exit 1\); log .*train.log.*no_such_key"):
+            launch.run(cfg, tracker)
+    (child,) = mlflow.MlflowClient().search_runs(
+        [stage.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{stage.info.run_id}'"
+    )
+    assert child.info.status == "FAILED"
+    assert not (cfg.artifacts / "models" / "trained").exists()

@@ -320,6 +320,10 @@ def run(cfg: Config, tracker, dry_run: bool = False) -> dict[str, float]:
         log.flush()
         code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=_quiet_env(env)).returncode
     if code != 0:
+        if child:
+            import mlflow
+
+            mlflow.MlflowClient().set_terminated(child, "FAILED")
         raise LaunchError(f"verl training failed (exit {code}); log {p.log}:\n{_tail(p.log.read_text())}")
     trained = merge(cfg)
     tracker.log_model(trained, "agent")
