@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from components.config import Config
+from components.evaluation.report import flatten
 from components.io import write_json
 from components.tracking.tracker import NullTracker, file_digest
 
@@ -55,7 +56,7 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     for p in (metrics_path, model_path):
         if not p.exists():
             raise FileNotFoundError(f"{p}: missing; run the train and evaluate stages first")
-    eval_metrics = _flatten_metrics(json.loads(metrics_path.read_text()))
+    eval_metrics = flatten(json.loads(metrics_path.read_text()))
     if reg.metric not in eval_metrics:
         raise KeyError(f"registry.metric {reg.metric!r} not in {metrics_path} (have: {sorted(eval_metrics)[:20]})")
     model_uri = json.loads(model_path.read_text())["model_uri"]
@@ -87,14 +88,3 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     tracker.log_dict(asdict(decision), "register/decision.json")
     tracker.set_tags({"registered_version": str(mv.version), "promoted": str(promoted), "decision": reason})
     return {"registered_version": float(mv.version), "promoted": float(promoted), reg.metric: value}
-
-
-def _flatten_metrics(obj: dict, prefix: str = "") -> dict[str, float]:
-    out: dict[str, float] = {}
-    for k, v in obj.items():
-        key = f"{prefix}/{k}" if prefix else k
-        if isinstance(v, dict):
-            out |= _flatten_metrics(v, key)
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[key] = float(v)
-    return out

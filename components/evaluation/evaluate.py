@@ -1,0 +1,97 @@
+"""The `evaluate` stage: EM/F1 per dataset of the trained agent and of the baselines.
+
+Systems (Agent-R1's comparison):
+  agent       the trained model, multi-turn with the search tool
+  base_agent  the base model with the same tools, no RL
+  direct      the base model answering with no retrieval
+  naive_rag   the base model, one retrieval with the question as the query, then the answer
+EM and F1 use the official HotpotQA/SQuAD answer normalisation (components.agent.rewards).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from components.config import Config, EvalSetSpec
+from components.data.prepare import prepared_dir, read_questions
+from components.data.schema import Question
+from components.evaluation.report import flatten, put
+from components.io import write_json, write_text
+from components.model.loading import base_dir, load_model, trained_dir
+from components.retrieval.factory import make_backend
+from components.rollout.evaluate import AgentResult, evaluate_agent, summarize
+
+# system -> (which model, rollout mode)
+SYSTEMS = {
+    "agent": ("trained", "agent"),
+    "base_agent": ("base", "agent"),
+    "direct": ("base", "direct"),
+    "naive_rag": ("base", "naive_rag"),
+}
+N_TRAJECTORIES = 20  # readable samples logged per system and set
+
+
+def select(questions: Sequence[Question], spec: EvalSetSpec) -> list[Question]:
+    chosen = [q for q in questions if q.dataset == spec.dataset and q.split == spec.split]
+    if not chosen:
+        raise ValueError(f"evaluate.sets: no questions for dataset={spec.dataset!r} split={spec.split!r} in prepared data")
+    return chosen[: spec.limit] if spec.limit else chosen
+
+
+def run(cfg: Config, tracker) -> dict[str, float]:
+    questions = read_questions(prepared_dir(cfg) / "questions.parquet")
+    sets = {f"{s.dataset}/{s.split}": select(questions, s) for s in cfg.evaluate.sets}
+    systems = ["agent", *cfg.evaluate.baselines]
+    dirs = {"trained": trained_dir(cfg), "base": base_dir(cfg)}
+    backend = make_backend(cfg)
+    models = {}
+    report: dict = {}
+    rows: list[dict] = []
+    predictions: list[dict] = []
+    try:
+        for system in systems:
+            which, mode = SYSTEMS[system]
+            if which not in models:
+                models[which] = load_model(dirs[which], cfg)
+            model, tokenizer = models[which]
+            for name, qs in sets.items():
+                results = evaluate_agent(model, tokenizer, qs, backend, cfg.agent, top_k=cfg.retrieval.top_k, mode=mode)
+                summary = summarize(results)
+                put(report, system, name, summary)
+                rows.append({"system": system, "set": name, **summary, "n": len(results)})
+                predictions += [{"system": system, "set": name, **_public(r)} for r in results]
+                tracker.log_text(_transcripts(results), f"trajectories/{system}/{name.replace('/', '_')}.txt")
+    finally:
+        backend.close()
+
+    out = cfg.artifacts / "eval"
+    write_text(out / "per_dataset.csv", _csv(rows))
+    write_text(out / "predictions.jsonl", "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
+    write_json(cfg.artifacts / "metrics" / "eval.json", report)
+    tracker.log_artifact(out / "per_dataset.csv", "eval")
+    tracker.log_artifact(out / "predictions.jsonl", "eval")
+    flat = flatten(report)
+    tracker.log_metrics(flat)
+    return flat
+
+
+def _public(r: AgentResult) -> dict:
+    d = asdict(r)
+    d.pop("transcript")
+    return d
+
+
+def _transcripts(results: Sequence[AgentResult]) -> str:
+    return "\n\n".join(r.transcript for r in results[:N_TRAJECTORIES]) + "\n"
+
+
+def _csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
