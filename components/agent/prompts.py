@@ -20,12 +20,10 @@ def question_turn(question: str) -> str:
     return f"Question: {question}"
 
 
-def initial_messages(question: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
-    """The conversation an episode starts from; the assistant speaks next."""
-    return [
-        {"role": "system", "content": system_prompt},
-        {"role": "user", "content": question_turn(question)},
-    ]
+def initial_messages(question: str, system_prompt: str | None = SYSTEM_PROMPT) -> list[dict[str, str]]:
+    """The conversation an episode starts from; the assistant speaks next. `system_prompt=None` omits it."""
+    system = [{"role": "system", "content": system_prompt}] if system_prompt is not None else []
+    return system + [{"role": "user", "content": question_turn(question)}]
 
 
 class ChatTokenizer(Protocol):

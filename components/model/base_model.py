@@ -1,0 +1,79 @@
+"""The base_model stage. A real model (`model.name_or_path` = hub id or dir) is only resolved; the CPU profile
+("tiny") builds the tiny Qwen2 model and tokenizer from the prepared synthetic data and primes its format.
+
+Output: artifacts/models/base/ (save_pretrained + tokenizer, or resolved.json for a real model).
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+
+import torch
+
+from components.agent.prompts import SYSTEM_PROMPT
+from components.config import Config
+from components.data.prepare import PASSAGES_FILE, QUESTIONS_FILE, prepared_dir, read_passages, read_questions
+from components.data.synthetic import COUNTERFACTUAL, FACTUAL, RELATIONS
+from components.io import atomic_path, write_json
+from components.model.loading import RESOLVED, base_dir
+from components.model.priming import answer_text, call_text, corpus_chunks, make_transcripts, prime
+from components.model.tiny import build_model, build_tokenizer
+from components.retrieval.embedded import EmbeddedBackend
+from components.rollout.chat import ChatFormat
+
+
+def run(cfg: Config, tracker) -> dict[str, float]:
+    out = base_dir(cfg)
+    if cfg.model.name_or_path != "tiny":
+        write_json(out / RESOLVED, {"name_or_path": cfg.model.name_or_path})
+        tracker.set_tags({"base_model": cfg.model.name_or_path})
+        return {}
+    with atomic_path(out) as tmp:
+        metrics = build_tiny(cfg, tmp, tracker)
+    tracker.set_tags({"base_model": "tiny"})
+    return metrics
+
+
+def build_tiny(cfg: Config, out, tracker) -> dict[str, float]:
+    tc = cfg.model.tiny
+    if tc.num_threads:
+        torch.set_num_threads(tc.num_threads)
+    t0 = time.perf_counter()
+    src = prepared_dir(cfg)
+    for f in (QUESTIONS_FILE, PASSAGES_FILE):
+        if not (src / f).is_file():
+            raise FileNotFoundError(f"{src / f}: not found (run the prepare stage first)")
+    passages = [p for p in read_passages(src / PASSAGES_FILE) if p.corpus in (FACTUAL, COUNTERFACTUAL)]
+    questions = [q for q in read_questions(src / QUESTIONS_FILE) if q.dataset in (FACTUAL, COUNTERFACTUAL)]
+    train_qs = [q for q in questions if q.dataset == FACTUAL and q.split == "train"]
+    factual = [p for p in passages if p.corpus == FACTUAL]
+    if not train_qs or not factual:
+        raise ValueError(f"{src}: the tiny model needs the synthetic world (data.synthetic.enabled: true)")
+    entities = sorted({p.title for p in factual})
+    rng = random.Random(f"agentr1-prime:{cfg.project.seed}")
+
+    texts = [p.text for p in passages] + [q.question for q in questions] + [SYSTEM_PROMPT] * 100
+    texts += [call_text(f"{e} {r}") + answer_text(e) for e in entities for r in RELATIONS]
+    tokenizer = build_tokenizer(texts, tc.vocab_size)
+    chat = ChatFormat.for_agent(tokenizer, cfg.agent)
+    model = build_model(tokenizer, tc, seed=cfg.project.seed)
+
+    with tempfile.TemporaryDirectory(prefix="agentr1-prime-") as d:
+        backend = EmbeddedBackend(d, cfg.retrieval.embedded, seed=cfg.project.seed)
+        backend.build(FACTUAL, factual)
+        transcripts = make_transcripts(train_qs, set(entities), set(RELATIONS), backend, FACTUAL,
+                                       cfg.retrieval.top_k, chat, cfg.agent.max_turns, rng)  # fmt: skip
+    chunks = corpus_chunks(factual, chat, 128, rng)
+    losses = prime(model, transcripts, chunks, tc.prime_steps, tc.prime_batch_size, tc.prime_lr,
+                   tc.prime_corpus_weight, chat.pad_id, rng, log=tracker.log_metrics)  # fmt: skip
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return {
+        "params": float(sum(p.numel() for p in model.parameters())),
+        "vocab_size": float(len(tokenizer)),
+        "transcripts": float(len(transcripts)),
+        "prime_loss": float(sum(losses[-20:]) / max(1, len(losses[-20:]))) if losses else float("nan"),
+        "prime_seconds": time.perf_counter() - t0,
+    }

@@ -1,0 +1,141 @@
+"""Format priming of the tiny model: teaches the syntax of the agent loop, never the policy.
+
+Two kinds of language-modelling data:
+- the corpus itself (every token is a target), so entity names and facts' wording are known tokens;
+- transcripts with the right syntax whose every query is "<an entity already in the context> <a relation
+  named in the question>", with a random number of searches, and whose answer is a random entity from the
+  context. No gold label is read, so they do not follow the gold chain except by chance: RL has to find it.
+  Only the model's turns are targets, exactly as the rollout engine tokenizes them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+from components.agent.observation import format_hits
+from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, TOOL_CLOSE, TOOL_OPEN
+from components.data.schema import Passage, Question
+from components.data.synthetic import words
+from components.retrieval.base import SearchBackend
+from components.rollout.chat import ChatFormat
+
+
+def call_text(query: str) -> str:
+    return TOOL_OPEN + json.dumps({"name": "search", "arguments": {"query": query}}) + TOOL_CLOSE
+
+
+def answer_text(answer: str) -> str:
+    return ANSWER_OPEN + answer + ANSWER_CLOSE
+
+
+@dataclass
+class Sequence_:
+    ids: list[int]
+    targets: list[int]  # 1 where the token is a training target
+
+
+def make_transcripts(
+    questions: Sequence[Question],
+    entities: set[str],
+    relations: set[str],
+    backend: SearchBackend,
+    alias: str,
+    top_k: int,
+    chat: ChatFormat,
+    max_turns: int,
+    rng: random.Random,
+) -> list[Sequence_]:
+    """One transcript per question; searches of all transcripts run in batches, turn by turn."""
+    out: list[Sequence_] = []
+    states = []
+    for q in questions:
+        qwords = words(q.question)
+        rels = [w for w in qwords if w in relations]
+        ctx = [w for w in qwords if w in entities]
+        if not rels or not ctx:
+            continue
+        ids = chat.prompt_ids(q.question)
+        n_search = rng.randint(1, max(1, max_turns - 1))
+        states.append({"ids": ids, "targets": [0] * len(ids), "rels": rels, "ctx": ctx, "left": n_search})
+    for _turn in range(max_turns):
+        todo = [s for s in states if s["left"] > 0]
+        if not todo:
+            break
+        queries = [f"{rng.choice(s['ctx'])} {rng.choice(s['rels'])}" for s in todo]
+        hit_lists = backend.search(alias, queries, top_k)
+        for s, query, hits in zip(todo, queries, hit_lists):
+            act = chat.encode(call_text(query)) + [chat.eos_id]
+            obs = format_hits(hits) if hits else "No results."
+            ins = list(chat.insert_ids(obs, True))
+            s["ids"] += act + ins
+            s["targets"] += [1] * len(act) + [0] * len(ins)
+            for h in hits:
+                s["ctx"] += [w for w in words(f"{h.title} {h.text}") if w in entities and w not in s["ctx"]]
+            s["left"] -= 1
+    for s in states:
+        act = chat.encode(answer_text(rng.choice(s["ctx"]))) + [chat.eos_id]
+        out.append(Sequence_(s["ids"] + act, s["targets"] + [1] * len(act)))
+    return out
+
+
+def corpus_chunks(passages: Sequence[Passage], chat: ChatFormat, length: int, rng: random.Random) -> list[Sequence_]:
+    """The corpus as LM text: shuffled passages joined by newlines, cut into chunks of about `length` tokens."""
+    order = list(passages)
+    rng.shuffle(order)
+    out, cur = [], []
+    for p in order:
+        cur += chat.encode(f"{p.title}: {p.text}\n")
+        if len(cur) >= length:
+            out.append(Sequence_(cur[:length], [1] * length))
+            cur = []
+    return out
+
+
+def lm_step(model, batch: list[Sequence_], pad_id: int, device) -> torch.Tensor:
+    """Mean next-token cross-entropy over target tokens of a right-padded batch."""
+    n = max(len(s.ids) for s in batch)
+    ids = torch.full((len(batch), n), pad_id, dtype=torch.long)
+    attn = torch.zeros(len(batch), n, dtype=torch.long)
+    tgt = torch.zeros(len(batch), n, dtype=torch.bool)
+    for i, s in enumerate(batch):
+        ids[i, : len(s.ids)] = torch.tensor(s.ids)
+        attn[i, : len(s.ids)] = 1
+        tgt[i, : len(s.ids)] = torch.tensor(s.targets, dtype=torch.bool)
+    ids, attn, tgt = ids.to(device), attn.to(device), tgt.to(device)
+    hidden = model.base_model(input_ids=ids, attention_mask=attn).last_hidden_state[:, :-1]
+    sel = tgt[:, 1:]
+    logits = model.get_output_embeddings()(hidden[sel]).float()  # only where there is a target
+    return torch.nn.functional.cross_entropy(logits, ids[:, 1:][sel])
+
+
+def prime(model, transcripts: list[Sequence_], chunks: list[Sequence_], steps: int, batch_size: int, lr: float,
+          corpus_weight: float, pad_id: int, rng: random.Random, log=None) -> list[float]:  # fmt: skip
+    """AdamW with linear warm-up and cosine decay; returns the loss curve."""
+    device = next(model.parameters()).device
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    warm = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + torch.cos(torch.tensor(s / max(1, steps) * torch.pi)).item())
+    )
+    model.train()
+    losses = []
+    for step in tqdm(range(steps), desc="format priming", leave=False):
+        n_corpus = sum(rng.random() < corpus_weight for _ in range(batch_size)) if chunks else 0
+        batch = rng.sample(transcripts, batch_size - n_corpus) + rng.sample(chunks, n_corpus)
+        loss = lm_step(model, batch, pad_id, device)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if log is not None and (step % 50 == 0 or step == steps - 1):
+            log({"prime/loss": float(loss)}, step)
+    model.eval()
+    return losses

@@ -1,0 +1,71 @@
+"""Trajectories -> padded tensors in verl's layout: prompts left-padded, responses right-padded."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+from components.rollout.trajectory import Trajectory
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # (B, P+R)
+    attention_mask: torch.Tensor  # (B, P+R)
+    position_ids: torch.Tensor  # (B, P+R)
+    action_mask: torch.Tensor  # (B, R) 1 on model-generated tokens (the Agent-R1 action mask)
+    response_mask: torch.Tensor  # (B, R) 1 on every real response token, env-inserted ones included
+    token_rewards: torch.Tensor  # (B, R) process rewards on call-closing tokens, outcome on the last action
+    index: np.ndarray  # (B,) question id: the group of each rollout
+    prompt_width: int  # P
+
+    @property
+    def responses(self) -> torch.Tensor:
+        return self.input_ids[:, self.prompt_width :]
+
+    def to(self, device) -> Batch:
+        kw = {f.name: getattr(self, f.name) for f in fields(self)}
+        for k, v in kw.items():
+            if isinstance(v, torch.Tensor):
+                kw[k] = v.to(device)
+        return Batch(**kw)
+
+    def select(self, rows: Sequence[int] | slice) -> Batch:
+        kw = {f.name: getattr(self, f.name) for f in fields(self)}
+        for k, v in kw.items():
+            if isinstance(v, (torch.Tensor, np.ndarray)):
+                kw[k] = v[rows]
+        return Batch(**kw)
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+
+def collate(trajs: Sequence[Trajectory], pad_id: int) -> Batch:
+    P = max(t.prompt_len for t in trajs)
+    R = max(t.response_len for t in trajs)
+    B = len(trajs)
+    ids = torch.full((B, P + R), pad_id, dtype=torch.long)
+    attn = torch.zeros(B, P + R, dtype=torch.long)
+    action = torch.zeros(B, R, dtype=torch.float32)
+    rewards = torch.zeros(B, R, dtype=torch.float32)
+    for i, t in enumerate(trajs):
+        p, r = t.prompt_len, t.response_len
+        ids[i, P - p : P + r] = torch.tensor(t.input_ids, dtype=torch.long)
+        attn[i, P - p : P + r] = 1
+        action[i, :r] = torch.tensor(t.action_mask[p:], dtype=torch.float32)
+        rewards[i, :r] = torch.tensor(t.rewards[p:], dtype=torch.float32)
+    position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
+    return Batch(
+        input_ids=ids,
+        attention_mask=attn,
+        position_ids=position_ids,
+        action_mask=action,
+        response_mask=attn[:, P:].float(),
+        token_rewards=rewards,
+        index=np.array([t.episode.question.id for t in trajs], dtype=object),
+        prompt_width=P,
+    )

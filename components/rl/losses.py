@@ -1,0 +1,67 @@
+"""Token log-probs and the losses of one update, through verl's core_algos (policy loss, agg_loss, KL, value loss)."""
+
+from __future__ import annotations
+
+import torch
+import verl.utils.torch_functional as verl_F
+from omegaconf import OmegaConf
+from verl.trainer.ppo import core_algos
+
+from components.config import TrainConfig
+from components.rl.batch import Batch
+
+
+def response_hidden(model, batch: Batch) -> torch.Tensor:
+    """Hidden states at the positions that predict each response token: (B, R, H)."""
+    out = model.base_model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
+    )
+    P, R = batch.prompt_width, batch.responses.shape[1]
+    return out.last_hidden_state[:, P - 1 : P + R - 1]
+
+
+def policy_logprobs(model, batch: Batch, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-prob of each response token, entropy of each position), both (B, R)."""
+    logits = model.get_output_embeddings()(response_hidden(model, batch)).float() / temperature
+    logp = verl_F.logprobs_from_logits(logits, batch.responses)
+    return logp, verl_F.entropy_from_logits(logits)
+
+
+def policy_loss(
+    cfg: TrainConfig,
+    old_logp: torch.Tensor,
+    logp: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    batch_num_tokens: int,
+    global_batch_size: int,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO-clip surrogate (verl "vanilla"), normalised over the whole step's batch for grad accumulation."""
+    actor = OmegaConf.create(
+        {
+            "clip_ratio": cfg.clip_ratio,
+            "clip_ratio_low": cfg.clip_ratio,
+            "clip_ratio_high": cfg.clip_ratio,
+            "clip_ratio_c": 3.0,
+            "global_batch_info": {"batch_num_tokens": batch_num_tokens, "global_batch_size": global_batch_size},
+        }
+    )
+    fn = core_algos.get_policy_loss_fn("vanilla")
+    return fn(old_logp, logp, advantages, loss_mask, cfg.loss_agg_mode, actor, None)
+
+
+def aggregate(cfg: TrainConfig, values: torch.Tensor, mask: torch.Tensor, batch_num_tokens: int, global_batch_size: int):
+    return core_algos.agg_loss(
+        values, mask, cfg.loss_agg_mode, batch_num_tokens=batch_num_tokens, global_batch_size=global_batch_size
+    )
+
+
+def kl_to_reference(cfg: TrainConfig, logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    return core_algos.kl_penalty(logp, ref_logp, cfg.kl_penalty)
+
+
+def value_loss(cfg: TrainConfig, vpreds, returns, old_values, mask, batch_num_tokens, global_batch_size):
+    return core_algos.compute_value_loss(
+        vpreds, returns, old_values, mask, cfg.value_clip, cfg.loss_agg_mode,
+        batch_num_tokens=batch_num_tokens, global_batch_size=global_batch_size,
+    )  # fmt: skip

@@ -1,0 +1,44 @@
+"""A small, fast agent setup (synthetic world, embedded index, tokenizer, random tiny model) for tests and benchmarks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from components.agent.prompts import SYSTEM_PROMPT
+from components.config import AgentConfig, SyntheticConfig, TinyModelConfig
+from components.data.synthetic import RELATIONS, World, generate_world
+from components.model.priming import answer_text, call_text
+from components.model.tiny import build_model, build_tokenizer
+from components.retrieval.embedded import EmbeddedBackend
+from components.rollout.chat import ChatFormat
+from components.rollout.evaluate import make_env
+
+TOY_WORLD = SyntheticConfig(seed=5, n_entities=40, n_relations=4, n_train=100, n_dev=20, n_test=20)
+TOY_MODEL = TinyModelConfig(vocab_size=700, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+
+
+@dataclass
+class Toy:
+    world: World
+    backend: EmbeddedBackend
+    tokenizer: object
+    model: object
+    chat: ChatFormat
+    agent: AgentConfig
+
+    def env(self, agent: AgentConfig | None = None):
+        return make_env(self.backend, self.world.questions("train"), agent or self.agent, 3)
+
+
+def make_toy(root: str | Path, seed: int = 0, world: SyntheticConfig = TOY_WORLD,
+             model: TinyModelConfig = TOY_MODEL, agent: AgentConfig | None = None) -> Toy:  # fmt: skip
+    w = generate_world(world)
+    backend = EmbeddedBackend(Path(root) / "index", seed=seed)
+    backend.build(w.name, w.passages())
+    texts = [p.text for p in w.passages()] + [q.question for q in w.questions("train")] + [SYSTEM_PROMPT] * 20
+    texts += [call_text(f"{e} {r}") + answer_text(e) for e in w.entities for r in RELATIONS[:2]]
+    tok = build_tokenizer(texts, model.vocab_size)
+    agent = agent or AgentConfig(max_tokens_per_turn=24, system_prompt=False)
+    return Toy(w, backend, tok, build_model(tok, model, seed), ChatFormat.for_agent(tok, agent), agent)

@@ -1,0 +1,295 @@
+"""The local trainer (train stage, backend `local`): rollout -> rewards -> advantages -> clipped update.
+
+Each step samples `questions_per_step` training questions, rolls out `group_size` episodes of each with the
+current policy, turns rewards into advantages (verl's estimators; GAE with the advantage mask for PPO) and
+takes one optimizer step (micro-batches accumulate gradients; `ppo_epochs` passes). Step s draws its questions
+and sampling noise from (seed, s) alone, so a run resumed from a checkpoint repeats exactly what it would have done.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from components.config import Config
+from components.data.prepare import QUESTIONS_FILE, prepared_dir, read_questions
+from components.data.schema import Question
+from components.io import atomic_path, write_text
+from components.model.loading import base_dir, load_model, pick_device, trained_dir
+from components.retrieval.factory import make_backend
+from components.rl import checkpoint as ckpt
+from components.rl.advantages import compute_advantages
+from components.rl.batch import Batch, collate
+from components.rl.critic import Critic
+from components.rl.losses import aggregate, kl_to_reference, policy_logprobs, policy_loss, value_loss
+from components.rollout.chat import ChatFormat
+from components.rollout.engine import RolloutStats, rollout
+from components.rollout.evaluate import evaluate_agent, make_env, summarize, transcript
+
+SYNTHETIC, COUNTERFACTUAL = "synthetic", "synthetic_cf"
+
+
+def checkpoint_root(cfg: Config) -> Path:
+    return cfg.artifacts / "train" / "checkpoints"
+
+
+def split_questions(questions: Sequence[Question], datasets: Sequence[str], split: str) -> list[Question]:
+    return [q for q in questions if q.dataset in datasets and q.split == split]
+
+
+class Trainer:
+    def __init__(self, cfg: Config, policy, tokenizer, backend, train_qs, eval_sets: dict[str, list[Question]]):
+        self.cfg, self.tc = cfg, cfg.train
+        self.policy, self.tok, self.backend = policy, tokenizer, backend
+        self.device = next(policy.parameters()).device
+        self.chat = ChatFormat.for_agent(tokenizer, cfg.agent)
+        self.train_qs, self.eval_sets = train_qs, eval_sets
+        self.env = make_env(backend, train_qs, cfg.agent, cfg.retrieval.top_k)
+        self.opt = torch.optim.AdamW(policy.parameters(), lr=self.tc.lr, weight_decay=self.tc.weight_decay)
+        self.critic = self.critic_opt = self.ref = None
+        if self.tc.algorithm == "ppo":
+            self.critic = Critic(copy.deepcopy(policy.base_model), policy.config.hidden_size).to(self.device)
+            self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=self.tc.critic_lr)
+        if self.tc.kl_coef > 0:
+            self.ref = copy.deepcopy(policy).eval().requires_grad_(False)
+        self.loss_hook = None  # tests inject faults here: fn(step, loss) -> loss
+
+    # --- one step ------------------------------------------------------------------------------------
+
+    def sample_questions(self, step: int) -> list[Question]:
+        rng = random.Random(f"{self.cfg.project.seed}:train:{step}")
+        return rng.sample(self.train_qs, min(self.tc.questions_per_step, len(self.train_qs)))
+
+    def step(self, step: int) -> tuple[dict[str, float], list]:
+        t0 = time.perf_counter()
+        qs = self.sample_questions(step)
+        gen = torch.Generator().manual_seed(hash((self.cfg.project.seed, step)) % (2**63))
+        stats = RolloutStats()
+        trajs = rollout(self.policy, self.chat, self.env, [q for q in qs for _ in range(self.tc.group_size)],
+                        self.cfg.agent, temperature=self.tc.temperature, generator=gen, stats=stats)  # fmt: skip
+        t1 = time.perf_counter()
+        batch = collate(trajs, self.chat.pad_id).to(self.device)
+        update = self.update(batch, step)
+        t2 = time.perf_counter()
+        eps = [t.episode for t in trajs]
+        n_calls = sum(e.n_calls for e in eps)
+        metrics = {
+            "reward": float(np.mean([e.total_reward for e in eps])),
+            "em": float(np.mean([e.em for e in eps])),
+            "f1": float(np.mean([e.f1 for e in eps])),
+            "turns": float(np.mean([e.turns for e in eps])),
+            "searches": float(np.mean([e.n_valid_calls for e in eps])),
+            "tool_call_validity": sum(e.n_valid_calls for e in eps) / n_calls if n_calls else 1.0,
+            "answered": float(np.mean([e.answer is not None for e in eps])),
+            "response_tokens": float(batch.response_mask.sum(-1).mean()),
+            "action_tokens": float(batch.action_mask.sum(-1).mean()),
+            "rollout_tokens_per_s": stats.tokens_per_s,
+            "rollout_s": t1 - t0,
+            "tool_s": stats.tool_seconds,
+            "update_s": t2 - t1,
+            **update,
+        }
+        return metrics, trajs
+
+    def update(self, batch: Batch, step: int) -> dict[str, float]:
+        tc = self.tc
+        loss_mask = batch.action_mask if tc.mask.loss else batch.response_mask
+        values = None
+        if self.critic is not None:
+            with torch.no_grad():
+                values = torch.cat([self.critic.values(batch.select(mb)) for mb in self._micro(len(batch))])
+        adv, returns = compute_advantages(tc, batch.token_rewards, batch.action_mask, batch.response_mask,
+                                          batch.index, values)  # fmt: skip
+        old_logp = None
+        if tc.ppo_epochs > 1:
+            with torch.no_grad():
+                old_logp = torch.cat([policy_logprobs(self.policy, batch.select(mb), tc.temperature)[0]
+                                      for mb in self._micro(len(batch))])  # fmt: skip
+        n_tokens, n_seqs = int(loss_mask.sum()), len(batch)
+        self.policy.train()
+        sums: dict[str, float] = {}
+        skipped = 0
+        for _epoch in range(tc.ppo_epochs):
+            self.opt.zero_grad(set_to_none=True)
+            if self.critic_opt is not None:
+                self.critic_opt.zero_grad(set_to_none=True)
+            finite = True
+            for mb in self._micro(len(batch)):
+                b = batch.select(mb)
+                m = loss_mask[mb]
+                logp, entropy = policy_logprobs(self.policy, b, tc.temperature)
+                old = old_logp[mb] if old_logp is not None else logp.detach()
+                pg, pg_metrics = policy_loss(tc, old, logp, adv[mb], m, n_tokens, n_seqs)
+                ent = aggregate(tc, entropy, m, n_tokens, n_seqs)
+                loss = pg - tc.entropy_coef * ent
+                if self.ref is not None:
+                    with torch.no_grad():
+                        ref_logp, _ = policy_logprobs(self.ref, b, tc.temperature)
+                    kl = aggregate(tc, kl_to_reference(tc, logp, ref_logp), m, n_tokens, n_seqs)
+                    loss = loss + tc.kl_coef * kl
+                    sums["kl_ref"] = sums.get("kl_ref", 0.0) + float(kl)
+                if self.critic is not None:
+                    vpred = self.critic.values(b)
+                    vf, vf_clip = value_loss(tc, vpred, returns[mb], values[mb], m, n_tokens, n_seqs)
+                    loss = loss + vf
+                    sums["value_loss"] = sums.get("value_loss", 0.0) + float(vf)
+                if self.loss_hook is not None:
+                    loss = self.loss_hook(step, loss)
+                if not torch.isfinite(loss):
+                    finite = False
+                    break
+                loss.backward()
+                sums["pg_loss"] = sums.get("pg_loss", 0.0) + float(pg)
+                sums["entropy"] = sums.get("entropy", 0.0) + float(ent)
+                sums["ppo_kl"] = sums.get("ppo_kl", 0.0) + pg_metrics["actor/ppo_kl"] * len(b) / n_seqs
+                sums["pg_clipfrac"] = sums.get("pg_clipfrac", 0.0) + pg_metrics["actor/pg_clipfrac"] * len(b) / n_seqs
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), tc.max_grad_norm) if finite else None
+            if not finite or not torch.isfinite(grad_norm):
+                self.opt.zero_grad(set_to_none=True)
+                if self.critic_opt is not None:
+                    self.critic_opt.zero_grad(set_to_none=True)
+                skipped += 1
+                continue
+            self.opt.step()
+            if self.critic_opt is not None:
+                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), tc.max_grad_norm)
+                self.critic_opt.step()
+            sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm)
+        epochs = max(1, tc.ppo_epochs - skipped)
+        out = {k: v / epochs for k, v in sums.items()}
+        out["skipped_nonfinite"] = float(skipped)
+        out["advantage_abs"] = float((adv.abs() * loss_mask).sum() / loss_mask.sum().clamp(min=1))
+        return out
+
+    def _micro(self, n: int) -> list[slice]:
+        size = self.tc.micro_batch_size
+        return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+    # --- evaluation ----------------------------------------------------------------------------------
+
+    def evaluate(self) -> dict[str, float]:
+        out = {}
+        for name, qs in self.eval_sets.items():
+            res = evaluate_agent(self.policy, self.tok, qs, self.backend, self.cfg.agent, self.cfg.retrieval.top_k)
+            out.update(summarize(res, prefix=f"{name}/"))
+        return out
+
+
+def _prepared_questions(cfg: Config) -> list[Question]:
+    path = prepared_dir(cfg) / QUESTIONS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not found (run the prepare stage first)")
+    return read_questions(path)
+
+
+def build_trainer(cfg: Config) -> Trainer:
+    questions = _prepared_questions(cfg)
+    tc = cfg.train
+    train_qs = split_questions(questions, tc.datasets, "train")
+    if not train_qs:
+        raise ValueError(f"train.datasets={tc.datasets}: no train-split questions in {prepared_dir(cfg) / QUESTIONS_FILE}")
+    eval_sets = {}
+    for ds in tc.datasets:
+        dev = split_questions(questions, [ds], "dev")[: tc.eval_questions]
+        if dev:
+            eval_sets[f"dev/{ds}"] = dev
+    if SYNTHETIC in tc.datasets:
+        cf = split_questions(questions, [COUNTERFACTUAL], "dev")[: tc.eval_questions]
+        if cf:
+            eval_sets[f"dev/{COUNTERFACTUAL}"] = cf
+    policy, tok = load_model(base_dir(cfg), cfg, pick_device(cfg))
+    return Trainer(cfg, policy, tok, make_backend(cfg), train_qs, eval_sets)
+
+
+def run(cfg: Config, tracker) -> dict[str, float]:
+    """Train; returns the final metrics. Resumes from the latest checkpoint under artifacts/train/checkpoints."""
+    tc = cfg.train
+    if tc.num_threads:
+        torch.set_num_threads(tc.num_threads)
+    torch.manual_seed(cfg.project.seed)
+    trainer = build_trainer(cfg)
+    root = checkpoint_root(cfg)
+    modules = {"policy": trainer.policy} | ({"critic": trainer.critic} if trainer.critic is not None else {})
+    optims = {"policy": trainer.opt} | ({"critic": trainer.critic_opt} if trainer.critic_opt is not None else {})
+    start, pending, history = 0, [], {"best_em": None, "steps_to_target": None}
+    last = ckpt.latest(root)
+    if last is not None:
+        state = ckpt.load(last, modules, optims)
+        start, pending, history = state["step"], state.get("pending_metrics", []), state["history"]
+        if not state.get("flushed", True):
+            _flush(tracker, pending)
+        pending = []
+        tracker.set_tags({"resumed_from_step": str(start)})
+    tracker.set_tags({"train.algorithm": tc.algorithm, "train.backend": "local"})
+    target_key = f"dev/{tc.datasets[0]}/em"
+    final_eval: dict[str, float] = {}
+    if start == 0 and tc.eval_every:
+        final_eval = trainer.evaluate()
+        pending.append((0, final_eval))
+    bar = tqdm(range(start, tc.steps), desc=f"train {tc.algorithm}", initial=start, total=tc.steps)
+    for step in bar:
+        t0 = time.perf_counter()
+        metrics, trajs = trainer.step(step)
+        n = step + 1
+        if tc.eval_every and (n % tc.eval_every == 0 or n == tc.steps):
+            final_eval = trainer.evaluate()
+            metrics.update(final_eval)
+            em = final_eval.get(target_key)
+            if em is not None:
+                history["best_em"] = max(em, history["best_em"] or 0.0)
+                if tc.target_em is not None and em >= tc.target_em and history["steps_to_target"] is None:
+                    history["steps_to_target"] = n
+        if n % tc.log_trajectories_every == 0 or n == 1:
+            text = "\n\n".join(transcript(t, trainer.chat) for t in trajs[:: tc.group_size][:4])
+            tracker.log_text(text, f"trajectories/step_{n:06d}.txt")
+        metrics["step_s"] = time.perf_counter() - t0
+        pending.append((n, metrics))
+        bar.set_postfix(em=f"{metrics['em']:.2f}", dev=f"{final_eval.get(target_key, float('nan')):.2f}")
+        done = history["steps_to_target"] is not None and tc.stop_at_target
+        if n % tc.checkpoint_every == 0 or n == tc.steps or done:
+            ckpt.save(root, n, modules, optims, {"run_id": tracker.run_id, "history": history,
+                                                "pending_metrics": pending, "flushed": False})  # fmt: skip
+            _flush(tracker, pending)
+            _mark_flushed(root, n)
+            pending = []
+        if done:
+            break
+    _flush(tracker, pending)
+    out_dir = trained_dir(cfg)
+    with atomic_path(out_dir) as tmp:
+        trainer.policy.save_pretrained(tmp)
+        trainer.tok.save_pretrained(tmp)
+    tracker.log_model(out_dir, "agent")
+    result = dict(final_eval)
+    result["steps"] = float(trainer_steps_done(root, start))
+    result["best_dev_em"] = float(history["best_em"] or 0.0)
+    if history["steps_to_target"] is not None:
+        result["steps_to_target"] = float(history["steps_to_target"])
+    return result
+
+
+def trainer_steps_done(root: Path, start: int) -> int:
+    last = ckpt.latest(root)
+    return int(last.name.split("-")[1]) if last is not None else start
+
+
+def _flush(tracker, pending) -> None:
+    for n, metrics in pending:
+        tracker.log_metrics({f"train/{k}" if "/" not in k else k: v for k, v in metrics.items()
+                             if isinstance(v, (int, float)) and math.isfinite(v)}, step=n)  # fmt: skip
+
+
+def _mark_flushed(root: Path, step: int) -> None:
+    state_file = root / f"step-{step:08d}" / ckpt.STATE
+    state = json.loads(state_file.read_text(encoding="utf-8"))
+    state["flushed"] = True
+    write_text(state_file, json.dumps(state, indent=1))

@@ -1,0 +1,48 @@
+"""Token ids of everything the environment inserts, rendered through the model's chat template."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from components.agent.prompts import SYSTEM_PROMPT, assistant_turn_suffix, initial_messages, render_prompt, render_tool_turn
+
+
+class ChatFormat:
+    """Wraps a HF tokenizer: prompt ids, the ids inserted after a model turn, and decoding of a turn."""
+
+    @classmethod
+    def for_agent(cls, tokenizer, agent) -> ChatFormat:
+        return cls(tokenizer, SYSTEM_PROMPT if agent.system_prompt else None)
+
+    def __init__(self, tokenizer, system_prompt: str | None = SYSTEM_PROMPT):
+        self.tok = tokenizer
+        self.system_prompt = system_prompt
+        self.eos_id: int = tokenizer.eos_token_id
+        self.pad_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+        suffix = assistant_turn_suffix(tokenizer)
+        eos_text = tokenizer.eos_token
+        # What the environment adds after a turn that ended with the stop token, and after one cut at max tokens.
+        self.after_eos = suffix[len(eos_text) :] if suffix.startswith(eos_text) else suffix
+        self.after_cut = suffix
+        self.tool_close_id = self._single_id("</tool_call>")
+
+    def _single_id(self, text: str) -> int | None:
+        ids = self.encode(text)
+        return ids[0] if len(ids) == 1 else None
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False)
+
+    def prompt_ids(self, question: str) -> list[int]:
+        return self.encode(render_prompt(self.tok, initial_messages(question, self.system_prompt)))
+
+    @lru_cache(maxsize=4096)  # noqa: B019 - observations repeat across a group
+    def insert_ids(self, observation: str, ended_with_eos: bool) -> tuple[int, ...]:
+        """Ids after a model turn: the rest of the assistant turn, the tool turn, the next assistant header."""
+        rest = self.after_eos if ended_with_eos else self.after_cut
+        return tuple(self.encode(rest + render_tool_turn(self.tok, observation)))
+
+    def decode_turn(self, ids: list[int]) -> str:
+        if ids and ids[-1] == self.eos_id:
+            ids = ids[:-1]
+        return self.tok.decode(ids, skip_special_tokens=False)

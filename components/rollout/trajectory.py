@@ -1,0 +1,35 @@
+"""Trajectory: one episode as tokens, with the Agent-R1 action mask and token-level rewards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from components.agent.env import Episode
+
+
+@dataclass
+class Trajectory:
+    episode: Episode
+    prompt_len: int
+    input_ids: list[int] = field(default_factory=list)  # prompt + every turn + every insertion
+    action_mask: list[int] = field(default_factory=list)  # 1 only on tokens the model generated
+    rewards: list[float] = field(default_factory=list)  # process rewards on call-closing tokens, outcome on the last action
+    logprobs: list[float] = field(default_factory=list)  # behaviour log-prob of each action token (0 elsewhere)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of each model turn
+
+    def add(self, ids, is_action: bool, logprobs=None) -> None:
+        self.input_ids.extend(ids)
+        self.action_mask.extend([int(is_action)] * len(ids))
+        self.rewards.extend([0.0] * len(ids))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+    @property
+    def response_len(self) -> int:
+        return len(self.input_ids) - self.prompt_len
+
+    @property
+    def n_action_tokens(self) -> int:
+        return sum(self.action_mask)
+
+    def last_action_index(self) -> int:
+        return max(i for i, m in enumerate(self.action_mask) if m)
