@@ -161,6 +161,7 @@ class RewardConfig(Section):
 
 
 class AgentConfig(Section):
+    system_prompt: bool = Field(default=True, description="start with the system prompt (the primed tiny model needs none)")
     max_turns: int = Field(default=4, ge=1, description="model turns per episode, the answer turn included")
     max_tokens_per_turn: int = Field(default=48, ge=1)
     max_total_tokens: int = Field(default=512, ge=16, description="prompt + all turns; longer episodes are cut")
@@ -170,7 +171,7 @@ class AgentConfig(Section):
 class TinyModelConfig(Section):
     """The CPU profile's Qwen2-architecture model, built and format-primed locally."""
 
-    vocab_size: int = Field(default=1024, ge=300)
+    vocab_size: int = Field(default=2048, ge=300)
     hidden_size: int = 96
     intermediate_size: int = 256
     num_hidden_layers: int = 4
@@ -181,6 +182,7 @@ class TinyModelConfig(Section):
     prime_batch_size: int = 32
     prime_lr: float = 3e-3
     prime_corpus_weight: float = Field(default=0.25, ge=0, le=1, description="share of LM batches from passages")
+    num_threads: int | None = Field(default=1, ge=1, description="torch CPU threads while priming")
 
 
 class ModelConfig(Section):
@@ -197,6 +199,8 @@ class MaskConfig(Section):
 
 class TrainConfig(Section):
     backend: Literal["local", "verl"] = "local"
+    datasets: list[str] = Field(default_factory=lambda: ["synthetic"], description="train-split questions used")
+    num_threads: int | None = Field(default=1, ge=1, description="torch CPU threads; None = torch default")
     algorithm: Literal["grpo", "ppo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"] = "grpo"
     steps: int = Field(default=200, ge=0)
     questions_per_step: int = Field(default=16, ge=1)
@@ -219,7 +223,8 @@ class TrainConfig(Section):
     mask: MaskConfig = MaskConfig()
     eval_every: int = Field(default=20, ge=0, description="steps between held-out dev EM evaluations; 0 = never")
     eval_questions: int = Field(default=200, ge=1)
-    target_em: float | None = Field(default=None, description="stop early once dev EM reaches this")
+    target_em: float | None = Field(default=0.9, description="dev EM whose first step is reported")
+    stop_at_target: bool = Field(default=False, description="stop once dev EM reaches target_em")
     checkpoint_every: int = Field(default=20, ge=1)
     log_trajectories_every: int = Field(default=50, ge=1)
 
