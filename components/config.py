@@ -112,6 +112,7 @@ class ElasticsearchConfig(Section):
     title_boost: float = Field(default=0.0, ge=0, description="weight of a title-only match on top of title+text")
     bulk_chunk_size: int = Field(default=2000, ge=1)
     bulk_threads: int = Field(default=2, ge=1, description="concurrent _bulk requests")
+    force_merge: bool = Field(default=True, description="merge each finished version to one segment")
     msearch_max_batch: int = Field(default=256, ge=1, description="queries per _msearch request")
     max_query_chars: int = Field(default=2000, ge=1, description="longer queries are truncated")
     request_timeout_s: float = Field(default=30.0, gt=0)
