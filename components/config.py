@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from components.verl_backend.config import VerlConfig
+
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -228,6 +230,7 @@ class TrainConfig(Section):
     stop_at_target: bool = Field(default=False, description="stop once dev EM reaches target_em")
     checkpoint_every: int = Field(default=20, ge=1)
     log_trajectories_every: int = Field(default=50, ge=1)
+    verl: VerlConfig = VerlConfig()  # knobs only the verl backend has
 
 
 # --- evaluate and register -----------------------------------------------------------------------
