@@ -136,6 +136,6 @@ def prime(model, transcripts: list[Sequence_], chunks: list[Sequence_], steps: i
         sched.step()
         losses.append(loss.item())
         if log is not None and (step % 50 == 0 or step == steps - 1):
-            log({"prime/loss": float(loss)}, step)
+            log({"prime/loss": losses[-1]}, step)
     model.eval()
     return losses

@@ -1,0 +1,42 @@
+"""The Agent-R1 loss mask: with it on, observation tokens get exactly zero gradient; with it off they don't."""
+
+import numpy as np
+import pytest
+import torch
+
+from components.config import MaskConfig, TrainConfig
+from components.rl.advantages import compute_advantages
+from components.rl.batch import collate
+from components.rl.losses import policy_logprobs, policy_loss
+from components.rl.toy import make_toy
+from components.rollout.engine import rollout
+
+
+@pytest.fixture(scope="module")
+def batch_and_model(tmp_path_factory):
+    toy = make_toy(tmp_path_factory.mktemp("toy"), seed=1)
+    qs = toy.world.questions("train")[:4] * 2
+    trajs = rollout(toy.model, toy.chat, toy.env(), qs, toy.agent, generator=torch.Generator().manual_seed(0))
+    trajs[0].rewards[trajs[0].last_action_index()] += 1.0  # make sure the group has signal
+    return collate(trajs, toy.chat.pad_id), toy.model
+
+
+@pytest.mark.parametrize("mask_on", [True, False])
+def test_observation_tokens_gradient(batch_and_model, mask_on):
+    batch, model = batch_and_model
+    cfg = TrainConfig(mask=MaskConfig(loss=mask_on, advantage=mask_on))
+    adv, _ = compute_advantages(cfg, batch.token_rewards, batch.action_mask, batch.response_mask, batch.index)
+    logp, _ = policy_logprobs(model, batch)
+    logp.retain_grad()
+    loss_mask = batch.action_mask if mask_on else batch.response_mask
+    loss, _ = policy_loss(cfg, logp.detach(), logp, adv, loss_mask, int(loss_mask.sum()), len(batch))
+    model.zero_grad()
+    loss.backward()
+    observation = (batch.response_mask == 1) & (batch.action_mask == 0)
+    assert observation.any() and batch.action_mask.any()
+    if mask_on:
+        assert torch.count_nonzero(logp.grad[observation]) == 0  # exactly zero, not just small
+    else:
+        assert torch.count_nonzero(logp.grad[observation]) > 0
+    assert torch.count_nonzero(logp.grad[batch.action_mask == 1]) > 0
+    assert np.isfinite(loss.item())
