@@ -8,6 +8,8 @@ and sampling noise from (seed, s) alone, so a run resumed from a checkpoint repe
 
 from __future__ import annotations
 
+import hashlib
+
 import copy
 import json
 import math
@@ -39,7 +41,11 @@ SYNTHETIC, COUNTERFACTUAL = "synthetic", "synthetic_cf"
 
 
 def checkpoint_root(cfg: Config) -> Path:
-    return cfg.artifacts / "train" / "checkpoints"
+    """One checkpoint folder per training config: a resume never continues a run made with other params."""
+    keyed = {"seed": cfg.project.seed, "top_k": cfg.retrieval.top_k, "model": cfg.model.model_dump(mode="json"),
+             "agent": cfg.agent.model_dump(mode="json"), "train": cfg.train.model_dump(mode="json")}  # fmt: skip
+    digest = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]
+    return cfg.artifacts / "train" / "checkpoints" / digest
 
 
 def split_questions(questions: Sequence[Question], datasets: Sequence[str], split: str) -> list[Question]:
