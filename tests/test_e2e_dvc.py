@@ -16,6 +16,11 @@ def ran(output: str) -> list[str]:
     return re.findall(r"Running stage '([\w.]+)'", output)
 
 
+def restored(output: str) -> list[str]:
+    """Stages DVC took from its run-cache: same deps and params as an earlier run."""
+    return re.findall(r"Stage '([\w.]+)' is cached - skipping run", output)
+
+
 def _mlflow_stage_runs(project):
     import mlflow
 
@@ -64,3 +69,48 @@ def test_corrupted_dataset_stops_at_validate(tmp_path):
     assert not (project / "artifacts" / "index").exists()
     assert not (project / "artifacts" / "validation" / "summary.json").exists()
     assert list((project / "artifacts" / "validation").rglob("*.html")), "the data-docs report is still written"
+
+
+TINY_TRAINING = {
+    "model.tiny.prime_steps": 20,
+    "train.steps": 2,
+    "train.eval_every": 0,
+    "train.questions_per_step": 4,
+    "train.group_size": 2,
+    "evaluate.sets": [
+        {"dataset": "synthetic", "split": "dev", "limit": 10},
+        {"dataset": "synthetic_cf", "split": "dev", "limit": 10},
+        {"dataset": "hotpotqa", "split": "dev", "limit": 5},
+    ],
+}
+ALL_STAGES = ["prepare", "validate", "index", "retrieval_eval", "base_model", "train", "evaluate", "register"]
+
+
+@pytest.mark.slow
+def test_full_pipeline_and_algorithm_variant(tmp_path):
+    import mlflow
+
+    project = make_project(tmp_path / "p", TINY_TRAINING)
+    out = run(["dvc", "repro"], project)
+    assert sorted(ran(out.stdout)) == sorted(ALL_STAGES)
+
+    report = json.loads((project / "artifacts" / "metrics" / "eval.json").read_text())
+    for system in ("direct", "naive_rag", "base_agent"):
+        assert set(report["baseline"][system]["em"]) == {"synthetic", "synthetic_cf", "hotpotqa"}
+    assert 0.0 <= report["em"]["synthetic"]["dev"] <= 1.0
+    curve = (project / "artifacts" / "train" / "curve.csv").read_text().splitlines()
+    assert curve[0].startswith("step,") and len(curve) == 3  # header + 2 steps
+
+    client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    champion = client.get_model_version_by_alias("agentr1-search-agent", "champion")
+    assert champion.tags["em/synthetic/dev"] == f"{report['em']['synthetic']['dev']:.6g}"
+    assert "data.questions.sha256" in champion.tags and "index.synthetic.version" in champion.tags
+    decision = json.loads((project / "artifacts" / "register" / "decision.json").read_text())
+    assert decision["promoted"] is True
+
+    exp = run(["dvc", "exp", "run", "-S", "train.algorithm=ppo"], project)
+    assert ran(exp.stdout)[0] == "train"
+    assert sorted(ran(exp.stdout) + restored(exp.stdout)) == ["evaluate", "register", "train"]
+    runs = client.search_runs([client.get_experiment_by_name("agentr1").experiment_id],
+                              filter_string="tags.`agentr1.stage` = 'train'")
+    assert sorted(r.data.params["train.algorithm"] for r in runs) == ["grpo", "ppo"]
