@@ -35,7 +35,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 # The raw data comes from the DVC remote kept inside the repo (dvcstore/), so a fresh clone needs no network.
 data: $(VENV)/.installed
-	$(BIN)/dvc pull -q
+	$(BIN)/dvc pull -q data.dvc
 
 setup: $(VENV)/.installed data
 
