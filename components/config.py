@@ -183,8 +183,9 @@ class TinyModelConfig(Section):
     max_position_embeddings: int = 1024
     prime_steps: int = Field(default=600, ge=0, description="format-priming optimizer steps")
     prime_batch_size: int = 32
-    prime_lr: float = 3e-3
-    prime_corpus_weight: float = Field(default=0.25, ge=0, le=1, description="share of LM batches from passages")
+    prime_lr: float = 2e-3
+    prime_corpus_weight: float = Field(default=0.05, ge=0, le=1, description="share of LM batches from passages")
+    prime_first_turn_share: float = Field(default=0.4, ge=0, le=1, description="first steps on first turns only")
     num_threads: int | None = Field(default=1, ge=1, description="torch CPU threads while priming")
 
 

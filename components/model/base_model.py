@@ -15,7 +15,8 @@ import torch
 from components.agent.prompts import SYSTEM_PROMPT
 from components.config import Config
 from components.data.prepare import PASSAGES_FILE, QUESTIONS_FILE, prepared_dir, read_passages, read_questions
-from components.data.synthetic import COUNTERFACTUAL, FACTUAL, RELATIONS
+from components.data.schema import Question
+from components.data.synthetic import COUNTERFACTUAL, FACTUAL, RELATIONS, question_text, words
 from components.io import atomic_path, write_json
 from components.model.loading import RESOLVED, base_dir
 from components.model.priming import answer_text, call_text, corpus_chunks, make_transcripts, prime
@@ -36,6 +37,19 @@ def run(cfg: Config, tracker) -> dict[str, float]:
     return metrics
 
 
+def priming_questions(entities: list[str], relations: list[str], hops: int, n: int, exclude: set[str],
+                      rng: random.Random) -> list[Question]:  # fmt: skip
+    """Question-shaped prompts about random start entities (every entity equally often, so no entity gets a
+    prior for or against being queried) and random relation chains; held-out question texts are skipped.
+    Only their wording is used: no answer, no chain is ever read."""
+    out: list[Question] = []
+    while len(out) < n:
+        text = question_text(rng.choice(entities), tuple(rng.choice(relations) for _ in range(hops)))
+        if text not in exclude:
+            out.append(Question(f"prime-{len(out)}", text, [], FACTUAL, "train", [], FACTUAL))
+    return out
+
+
 def build_tiny(cfg: Config, out, tracker) -> dict[str, float]:
     tc = cfg.model.tiny
     if tc.num_threads:
@@ -53,6 +67,9 @@ def build_tiny(cfg: Config, out, tracker) -> dict[str, float]:
         raise ValueError(f"{src}: the tiny model needs the synthetic world (data.synthetic.enabled: true)")
     entities = sorted({p.title for p in factual})
     rng = random.Random(f"agentr1-prime:{cfg.project.seed}")
+    held_out = {q.question for q in questions if q.split != "train"}
+    prime_qs = priming_questions(entities, sorted({r for q in train_qs for r in words(q.question) if r in RELATIONS}),
+                                 cfg.data.synthetic.hops, len(train_qs), held_out, rng)  # fmt: skip
 
     texts = [p.text for p in passages] + [q.question for q in questions] + [SYSTEM_PROMPT] * 100
     texts += [call_text(f"{e} {r}") + answer_text(e) for e in entities for r in RELATIONS]
@@ -63,11 +80,12 @@ def build_tiny(cfg: Config, out, tracker) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="agentr1-prime-") as d:
         backend = EmbeddedBackend(d, cfg.retrieval.embedded, seed=cfg.project.seed)
         backend.build(FACTUAL, factual)
-        transcripts = make_transcripts(train_qs, set(entities), set(RELATIONS), backend, FACTUAL,
+        transcripts = make_transcripts(prime_qs, set(entities), set(RELATIONS), backend, FACTUAL,
                                        cfg.retrieval.top_k, chat, cfg.agent.max_turns, rng)  # fmt: skip
     chunks = corpus_chunks(factual, chat, 128, rng)
     losses = prime(model, transcripts, chunks, tc.prime_steps, tc.prime_batch_size, tc.prime_lr,
-                   tc.prime_corpus_weight, chat.pad_id, rng, log=tracker.log_metrics)  # fmt: skip
+                   tc.prime_corpus_weight, chat.pad_id, rng, log=tracker.log_metrics,
+                   first_turn_share=tc.prime_first_turn_share)  # fmt: skip
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return {

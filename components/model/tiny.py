@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, TOOL_CLOSE, TOOL_OPEN
@@ -35,7 +35,14 @@ CHAT_TEMPLATE = (
 def build_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
     """Byte-level BPE trained on `texts` (any text still encodes, byte by byte), with ChatML specials."""
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # Spaces are their own tokens, so a word has one token form wherever it stands (after a space, a quote or a
+    # tag): copying an entity from a passage into a query or an answer is then copying the same token.
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"\s+|[A-Za-z]+|[0-9]+|[^\sA-Za-z0-9]+"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -20,11 +20,25 @@ def response_hidden(model, batch: Batch) -> torch.Tensor:
     return out.last_hidden_state[:, P - 1 : P + R - 1]
 
 
-def policy_logprobs(model, batch: Batch, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log-prob of each response token, entropy of each position), both (B, R)."""
-    logits = model.get_output_embeddings()(response_hidden(model, batch)).float() / temperature
-    logp = verl_F.logprobs_from_logits(logits, batch.responses)
-    return logp, verl_F.entropy_from_logits(logits)
+def policy_logprobs(
+    model, batch: Batch, temperature: float = 1.0, mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-prob of each response token, entropy of each position), both (B, R).
+
+    With `mask`, the LM head runs only where mask is 1 (e.g. action tokens under the loss mask); 0 elsewhere.
+    """
+    hidden = response_hidden(model, batch)
+    head = model.get_output_embeddings()
+    if mask is None:
+        logits = head(hidden).float() / temperature
+        return verl_F.logprobs_from_logits(logits, batch.responses), verl_F.entropy_from_logits(logits)
+    sel = mask.bool()
+    logits = head(hidden[sel]).float() / temperature
+    logp = torch.zeros(mask.shape, dtype=logits.dtype, device=logits.device)
+    entropy = torch.zeros_like(logp)
+    logp = logp.masked_scatter(sel, verl_F.logprobs_from_logits(logits, batch.responses[sel]))
+    entropy = entropy.masked_scatter(sel, verl_F.entropy_from_logits(logits))
+    return logp, entropy
 
 
 def policy_loss(

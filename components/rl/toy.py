@@ -40,5 +40,5 @@ def make_toy(root: str | Path, seed: int = 0, world: SyntheticConfig = TOY_WORLD
     texts = [p.text for p in w.passages()] + [q.question for q in w.questions("train")] + [SYSTEM_PROMPT] * 20
     texts += [call_text(f"{e} {r}") + answer_text(e) for e in w.entities for r in RELATIONS[:2]]
     tok = build_tokenizer(texts, model.vocab_size)
-    agent = agent or AgentConfig(max_tokens_per_turn=24, system_prompt=False)
+    agent = agent or AgentConfig(max_turns=3, max_tokens_per_turn=16, system_prompt=False)
     return Toy(w, backend, tok, build_model(tok, model, seed), ChatFormat.for_agent(tok, agent), agent)

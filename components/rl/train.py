@@ -118,7 +118,7 @@ class Trainer:
         old_logp = None
         if tc.ppo_epochs > 1:
             with torch.no_grad():
-                old_logp = torch.cat([policy_logprobs(self.policy, batch.select(mb), tc.temperature)[0]
+                old_logp = torch.cat([policy_logprobs(self.policy, batch.select(mb), tc.temperature, loss_mask[mb])[0]
                                       for mb in self._micro(len(batch))])  # fmt: skip
         n_tokens, n_seqs = int(loss_mask.sum()), len(batch)
         self.policy.train()
@@ -132,14 +132,14 @@ class Trainer:
             for mb in self._micro(len(batch)):
                 b = batch.select(mb)
                 m = loss_mask[mb]
-                logp, entropy = policy_logprobs(self.policy, b, tc.temperature)
+                logp, entropy = policy_logprobs(self.policy, b, tc.temperature, m)
                 old = old_logp[mb] if old_logp is not None else logp.detach()
                 pg, pg_metrics = policy_loss(tc, old, logp, adv[mb], m, n_tokens, n_seqs)
                 ent = aggregate(tc, entropy, m, n_tokens, n_seqs)
                 loss = pg - tc.entropy_coef * ent
                 if self.ref is not None:
                     with torch.no_grad():
-                        ref_logp, _ = policy_logprobs(self.ref, b, tc.temperature)
+                        ref_logp, _ = policy_logprobs(self.ref, b, tc.temperature, m)
                     kl = aggregate(tc, kl_to_reference(tc, logp, ref_logp), m, n_tokens, n_seqs)
                     loss = loss + tc.kl_coef * kl
                     sums["kl_ref"] = sums.get("kl_ref", 0.0) + float(kl)
