@@ -162,7 +162,7 @@ def test_resume_after_kill_9_repeats_the_same_steps(prepared, tmp_path):
             os.kill(proc.pid, signal.SIGKILL)
             break
     proc.wait(timeout=60)
-    root = art / "train" / "checkpoints"
+    root = train.checkpoint_root(parse_config(small_raw(art, steps=6, eval_every=0, checkpoint_every=2)))
     assert ckpt.latest(root).name == "step-00000002"
     state = json.loads((ckpt.latest(root) / "state.json").read_text())
     assert state["flushed"] is True and state["step"] == 2
