@@ -16,6 +16,7 @@ corpus, queries after 400 steps still picked context entities at chance rate).
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -139,10 +140,16 @@ def prime(model, transcripts: list[Sequence_], chunks: list[Sequence_], steps: i
     """
     device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    warm = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + torch.cos(torch.tensor(s / max(1, steps) * torch.pi)).item())
-    )
+    warm, plateau = max(1, steps // 20), int(first_turn_share * steps)
+
+    def schedule(s: int) -> float:  # warm-up, constant through the first-turn phase, then cosine to 10%
+        if s < warm:
+            return (s + 1) / warm
+        if s < plateau:
+            return 1.0
+        return 0.1 + 0.45 * (1 + math.cos(math.pi * (s - plateau) / max(1, steps - plateau)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
     model.train()
     losses = []
     for step in tqdm(range(steps), desc="format priming", leave=False):
