@@ -109,8 +109,10 @@ def test_full_pipeline_and_algorithm_variant(tmp_path):
     assert decision["promoted"] is True
 
     exp = run(["dvc", "exp", "run", "-S", "train.algorithm=ppo"], project)
-    assert ran(exp.stdout)[0] == "train"
-    assert sorted(ran(exp.stdout) + restored(exp.stdout)) == ["evaluate", "register", "train"]
+    # Upstream stages are untouched; evaluate re-runs, comes from the run-cache, or is skipped when the
+    # variant's weights are bit-identical (2 steps with no reward signal).
+    assert ran(exp.stdout)[0] == "train" and "register" in ran(exp.stdout)
+    assert set(ran(exp.stdout) + restored(exp.stdout)) <= {"train", "evaluate", "register"}
     runs = client.search_runs([client.get_experiment_by_name("agentr1").experiment_id],
                               filter_string="tags.`agentr1.stage` = 'train'")
     assert sorted(r.data.params["train.algorithm"] for r in runs) == ["grpo", "ppo"]

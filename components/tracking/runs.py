@@ -23,7 +23,7 @@ def tracking_uri(cfg: Config) -> str:
 
 
 def setup(cfg: Config) -> str:
-    """Point MLflow at the store and the experiment; return the experiment id."""
+    """Point MLflow at the store, create the experiment if needed; return its id (no global experiment is set)."""
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri(cfg))
@@ -35,7 +35,6 @@ def setup(cfg: Config) -> str:
         exp_id = mlflow.create_experiment(cfg.tracking.experiment, artifact_location=location)
     else:
         exp_id = exp.experiment_id
-    mlflow.set_experiment(experiment_id=exp_id)
     return exp_id
 
 
@@ -44,8 +43,8 @@ def pipeline_run(cfg: Config, name: str = "pipeline") -> Iterator[str]:
     """The parent run of one flow run; yields its id."""
     import mlflow
 
-    setup(cfg)
-    with mlflow.start_run(run_name=name, tags={STAGE_TAG: "pipeline"}) as run:
+    exp_id = setup(cfg)
+    with mlflow.start_run(experiment_id=exp_id, run_name=name, tags={STAGE_TAG: "pipeline"}) as run:
         mlflow.log_params(flatten(cfg))
         yield run.info.run_id
 
@@ -55,8 +54,9 @@ def stage_run(cfg: Config, stage: str, parent_run_id: str | None = None) -> Iter
     """An MLflow run for one stage, active in this thread; FAILED status if the stage raises."""
     import mlflow
 
-    setup(cfg)
+    exp_id = setup(cfg)
     with mlflow.start_run(
+        experiment_id=exp_id,
         run_name=stage,
         nested=parent_run_id is not None,
         parent_run_id=parent_run_id,
