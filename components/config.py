@@ -181,11 +181,11 @@ class TinyModelConfig(Section):
     num_attention_heads: int = 2  # wide heads (64): copying a token from the context forms within ~250 steps
     num_key_value_heads: int = 2
     max_position_embeddings: int = 1024
-    prime_steps: int = Field(default=700, ge=0, description="format-priming optimizer steps")
+    prime_steps: int = Field(default=500, ge=0, description="format-priming optimizer steps")
     prime_batch_size: int = 32
     prime_lr: float = 3e-3
-    prime_corpus_weight: float = Field(default=0.05, ge=0, le=1, description="share of LM batches from passages")
-    prime_first_turn_share: float = Field(default=0.5, ge=0, le=1, description="first steps on first turns only")
+    prime_corpus_weight: float = Field(default=0.1, ge=0, le=1, description="weight of the corpus LM loss term")
+    prime_first_turn_share: float = Field(default=0.6, ge=0, le=1, description="first steps on first turns only")
     num_threads: int | None = Field(default=1, ge=1, description="torch CPU threads while priming")
 
 
