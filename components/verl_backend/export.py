@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from components.agent.prompts import initial_messages
+from components.agent.prompts import SYSTEM_PROMPT, initial_messages
 from components.data.prepare import QUESTIONS_FILE, prepared_dir, read_questions
 from components.data.schema import DataError, Question
 from components.io import atomic_path
@@ -24,11 +24,11 @@ AGENT_NAME = "agentr1_tool_agent"
 TRAIN_SPLIT, EVAL_SPLIT = "train", "dev"
 
 
-def row(q: Question, index: int) -> dict[str, Any]:
+def row(q: Question, index: int, system_prompt: str | None = SYSTEM_PROMPT) -> dict[str, Any]:
     return {
         "data_source": q.dataset,
         "agent_name": AGENT_NAME,
-        "prompt": initial_messages(q.question),
+        "prompt": initial_messages(q.question, system_prompt),
         "ability": "multihop_qa",
         "reward_model": {"style": "rule", "ground_truth": list(q.answers)},
         "extra_info": {
@@ -41,9 +41,9 @@ def row(q: Question, index: int) -> dict[str, Any]:
     }
 
 
-def write_split(questions: Sequence[Question], path: str | Path) -> int:
+def write_split(questions: Sequence[Question], path: str | Path, system_prompt: str | None = SYSTEM_PROMPT) -> int:
     with atomic_path(path) as tmp:
-        pd.DataFrame([row(q, i) for i, q in enumerate(questions)]).to_parquet(tmp, index=False)
+        pd.DataFrame([row(q, i, system_prompt) for i, q in enumerate(questions)]).to_parquet(tmp, index=False)
     return len(questions)
 
 
@@ -65,6 +65,7 @@ def export(cfg, out_dir: str | Path, eval_questions: int | None = None) -> dict[
             raise DataError(f"{source}: question {bad.id!r} has no answers")
     out = Path(out_dir)
     paths = {name: out / f"{name}.parquet" for name in splits}
+    system_prompt = SYSTEM_PROMPT if cfg.agent.system_prompt else None  # the same prompt the local trainer uses
     for name, qs in splits.items():
-        write_split(qs, paths[name])
+        write_split(qs, paths[name], system_prompt)
     return paths
