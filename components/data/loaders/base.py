@@ -7,6 +7,7 @@ from pathlib import Path
 
 from components.config import DatasetSpec
 from components.data.passages import PassageTable
+from components.data.reader import need
 from components.data.schema import DataError, Question
 
 # A loader reads one dataset file into questions, adding its passages to the shared table.
@@ -33,3 +34,16 @@ class Questions:
         self.items.append(
             Question(qid, question.strip(), answers, self.spec.name, self.spec.split, supporting_ids or [], "wiki")
         )
+
+
+def add_paragraphs(table: PassageTable, spec: DatasetSpec, row: dict, field: str, where: str) -> list[str]:
+    """Add a row's `field` list of {title, paragraph_text, is_supporting} to the table; return the supporting ids."""
+    supporting = []
+    for j, par in enumerate(need(row, field, where, list)):
+        at = f"{where}: {field}[{j}]"
+        if not isinstance(par, dict):
+            raise DataError(f"{at}: expected an object")
+        pid = table.add(spec.name, need(par, "title", at), need(par, "paragraph_text", at))
+        if par.get("is_supporting"):
+            supporting.append(pid)
+    return supporting

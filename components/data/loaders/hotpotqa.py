@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from components.config import DatasetSpec
-from components.data.loaders.base import Questions
+from components.data.loaders.base import Questions, add_paragraphs
 from components.data.passages import PassageTable
 from components.data.reader import answers_of, need, read_json_list, read_jsonl
 from components.data.schema import DataError, Question
@@ -55,13 +55,6 @@ def load_ircot(spec: DatasetSpec, path: Path, table: PassageTable) -> list[Quest
         objects = need(row, "answers_objects", where, list)
         spans = [s for o in objects if isinstance(o, dict) for s in o.get("spans", [])]
         answers = answers_of(spans, "answers_objects", where)
-        supporting = []
-        for j, ctx in enumerate(need(row, "contexts", where, list)):
-            at = f"{where}: contexts[{j}]"
-            if not isinstance(ctx, dict):
-                raise DataError(f"{at}: expected an object")
-            pid = table.add(spec.name, need(ctx, "title", at), need(ctx, "paragraph_text", at))
-            if ctx.get("is_supporting"):
-                supporting.append(pid)
+        supporting = add_paragraphs(table, spec, row, "contexts", where)
         out.add(where, raw_id, question, answers, supporting)
     return out.items

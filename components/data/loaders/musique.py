@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from components.config import DatasetSpec
-from components.data.loaders.base import Questions
+from components.data.loaders.base import Questions, add_paragraphs
 from components.data.passages import PassageTable
 from components.data.reader import answers_of, need, read_json_list, read_jsonl
-from components.data.schema import DataError, Question
+from components.data.schema import Question
 
 
 def load(spec: DatasetSpec, path: Path, table: PassageTable) -> list[Question]:
@@ -23,13 +23,6 @@ def load(spec: DatasetSpec, path: Path, table: PassageTable) -> list[Question]:
         question = need(row, "question", where)
         aliases = row.get("answer_aliases") or []
         answers = answers_of([need(row, "answer", where)] + list(aliases), "answer", where)
-        supporting = []
-        for j, par in enumerate(need(row, "paragraphs", where, list)):
-            at = f"{where}: paragraphs[{j}]"
-            if not isinstance(par, dict):
-                raise DataError(f"{at}: expected an object")
-            pid = table.add(spec.name, need(par, "title", at), need(par, "paragraph_text", at))
-            if par.get("is_supporting"):
-                supporting.append(pid)
+        supporting = add_paragraphs(table, spec, row, "paragraphs", where)
         out.add(where, raw_id, question, answers, supporting)
     return out.items
