@@ -317,11 +317,12 @@ def load_config(path: str | Path = "params.yaml", overrides: dict[str, Any] | No
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(raw).__name__}")
     for dotted, value in (overrides or {}).items():
-        _set_dotted(raw, dotted, value)
+        set_dotted(raw, dotted, value)
     return parse_config(raw, str(path))
 
 
-def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """raw['a']['b'] = value for dotted 'a.b', creating sections as needed."""
     node = raw
     *parents, leaf = dotted.split(".")
     for part in parents:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import yaml
 
+from components.config import set_dotted
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -24,14 +26,6 @@ SMALL = {
     "data.synthetic.n_dev": 20,
     "data.synthetic.n_test": 20,
 }
-
-
-def set_dotted(raw: dict, dotted: str, value) -> None:
-    node = raw
-    *parents, leaf = dotted.split(".")
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[leaf] = value
 
 
 def make_project(dest: Path, overrides: dict | None = None, git: bool = True) -> Path:
