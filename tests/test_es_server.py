@@ -32,7 +32,7 @@ def test_lock_file_pins_every_part_with_an_integrity_hash() -> None:
 
 @pytest.mark.es
 def test_start_is_idempotent_and_the_server_is_unprivileged_loopback_1g(es_local: str) -> None:
-    pidfile = REPO / ".es" / "run" / "es.pid"
+    pidfile = Path(es_script("root").splitlines()[-1]) / "run" / "es.pid"
     pid = pidfile.read_text().strip()
     t0 = time.monotonic()
     assert es_script("start").splitlines()[-1] == es_local
