@@ -1,5 +1,7 @@
 """The Agent-R1 loss mask: with it on, observation tokens get exactly zero gradient; with it off they don't."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -40,3 +42,23 @@ def test_observation_tokens_gradient(batch_and_model, mask_on):
         assert torch.count_nonzero(logp.grad[observation]) > 0
     assert torch.count_nonzero(logp.grad[batch.action_mask == 1]) > 0
     assert np.isfinite(loss.item())
+
+
+def test_a_trimmed_micro_batch_scores_its_rows_like_the_whole_batch(tmp_path):
+    """The trainer cuts each micro-batch to its own width; positions are kept, so log-probs do not change."""
+    toy = make_toy(tmp_path, seed=1)
+    qs = toy.world.questions("train")[:3]
+    trajs = rollout(toy.model, toy.chat, toy.env(), qs, toy.agent, generator=torch.Generator().manual_seed(0))
+    short = copy.deepcopy(trajs[1])
+    keep = short.prompt_len + 3
+    for name in ("input_ids", "action_mask", "rewards", "logprobs"):
+        setattr(short, name, getattr(short, name)[:keep])
+    batch = collate(trajs + [short], toy.chat.pad_id)
+    with torch.no_grad():
+        full, _ = policy_logprobs(toy.model, batch)
+        rows = torch.tensor([len(trajs)])
+        part, r = batch.trimmed(rows)
+        trimmed, _ = policy_logprobs(toy.model, part)
+    assert r == 3 and part.input_ids.shape[1] < batch.input_ids.shape[1]
+    assert torch.allclose(trimmed[0, :r], full[len(trajs), :r], atol=1e-5)
+    assert torch.equal(part.action_mask, batch.action_mask[rows, :r])

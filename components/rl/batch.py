@@ -43,6 +43,23 @@ class Batch:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    def trimmed(self, rows: Sequence[int] | slice) -> tuple[Batch, int]:
+        """The rows with the all-padding columns cut off (left of the longest prompt, right of the longest
+        response among them) and the kept response width r: an update on a micro-batch of short episodes
+        then costs what they cost, not what the longest episode of the whole batch costs. Positions are kept."""
+        b = self.select(rows)
+        P = b.prompt_width
+        r = max(1, int(b.response_mask.sum(-1).max()))
+        lo = int((b.attention_mask[:, :P].sum(-1)).max())
+        lo = P - lo
+        kw = {f.name: getattr(b, f.name) for f in fields(b)}
+        for k in ("input_ids", "attention_mask", "position_ids"):
+            kw[k] = kw[k][:, lo : P + r]
+        for k in ("action_mask", "response_mask", "token_rewards"):
+            kw[k] = kw[k][:, :r]
+        kw["prompt_width"] = P - lo
+        return Batch(**kw), r
+
 
 def collate(trajs: Sequence[Trajectory], pad_id: int) -> Batch:
     P = max(t.prompt_len for t in trajs)

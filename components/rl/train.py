@@ -109,17 +109,23 @@ class Trainer:
     def update(self, batch: Batch, step: int) -> dict[str, float]:
         tc = self.tc
         loss_mask = batch.action_mask if tc.mask.loss else batch.response_mask
+        micro = self._micro(batch)
         values = None
         if self.critic is not None:
             with torch.no_grad():
-                values = torch.cat([self.critic.values(batch.select(mb)) for mb in self._micro(len(batch))])
+                values = torch.zeros_like(batch.response_mask)
+                for mb in micro:
+                    b, r = batch.trimmed(mb)
+                    values[mb, :r] = self.critic.values(b)
         adv, returns = compute_advantages(tc, batch.token_rewards, batch.action_mask, batch.response_mask,
                                           batch.index, values)  # fmt: skip
         old_logp = None
         if tc.ppo_epochs > 1:
             with torch.no_grad():
-                old_logp = torch.cat([policy_logprobs(self.policy, batch.select(mb), tc.temperature, loss_mask[mb])[0]
-                                      for mb in self._micro(len(batch))])  # fmt: skip
+                old_logp = torch.zeros_like(batch.response_mask)
+                for mb in micro:
+                    b, r = batch.trimmed(mb)
+                    old_logp[mb, :r] = policy_logprobs(self.policy, b, tc.temperature, loss_mask[mb, :r])[0]
         n_tokens, n_seqs = int(loss_mask.sum()), len(batch)
         self.policy.train()
         sums: dict[str, float] = {}
@@ -129,12 +135,12 @@ class Trainer:
             if self.critic_opt is not None:
                 self.critic_opt.zero_grad(set_to_none=True)
             finite = True
-            for mb in self._micro(len(batch)):
-                b = batch.select(mb)
-                m = loss_mask[mb]
+            for mb in micro:
+                b, r = batch.trimmed(mb)
+                m = loss_mask[mb, :r]
                 logp, entropy = policy_logprobs(self.policy, b, tc.temperature, m)
-                old = old_logp[mb] if old_logp is not None else logp.detach()
-                pg, pg_metrics = policy_loss(tc, old, logp, adv[mb], m, n_tokens, n_seqs)
+                old = old_logp[mb, :r] if old_logp is not None else logp.detach()
+                pg, pg_metrics = policy_loss(tc, old, logp, adv[mb, :r], m, n_tokens, n_seqs)
                 ent = aggregate(tc, entropy, m, n_tokens, n_seqs)
                 loss = pg - tc.entropy_coef * ent
                 if self.ref is not None:
@@ -142,20 +148,20 @@ class Trainer:
                         ref_logp, _ = policy_logprobs(self.ref, b, tc.temperature, m)
                     kl = aggregate(tc, kl_to_reference(tc, logp, ref_logp), m, n_tokens, n_seqs)
                     loss = loss + tc.kl_coef * kl
-                    sums["kl_ref"] = sums.get("kl_ref", 0.0) + float(kl)
+                    sums["kl_ref"] = sums.get("kl_ref", 0.0) + float(kl.detach())
                 if self.critic is not None:
                     vpred = self.critic.values(b)
-                    vf, vf_clip = value_loss(tc, vpred, returns[mb], values[mb], m, n_tokens, n_seqs)
+                    vf, vf_clip = value_loss(tc, vpred, returns[mb, :r], values[mb, :r], m, n_tokens, n_seqs)
                     loss = loss + vf
-                    sums["value_loss"] = sums.get("value_loss", 0.0) + float(vf)
+                    sums["value_loss"] = sums.get("value_loss", 0.0) + float(vf.detach())
                 if self.loss_hook is not None:
                     loss = self.loss_hook(step, loss)
                 if not torch.isfinite(loss):
                     finite = False
                     break
                 loss.backward()
-                sums["pg_loss"] = sums.get("pg_loss", 0.0) + float(pg)
-                sums["entropy"] = sums.get("entropy", 0.0) + float(ent)
+                sums["pg_loss"] = sums.get("pg_loss", 0.0) + float(pg.detach())
+                sums["entropy"] = sums.get("entropy", 0.0) + float(ent.detach())
                 sums["ppo_kl"] = sums.get("ppo_kl", 0.0) + pg_metrics["actor/ppo_kl"] * len(b) / n_seqs
                 sums["pg_clipfrac"] = sums.get("pg_clipfrac", 0.0) + pg_metrics["actor/pg_clipfrac"] * len(b) / n_seqs
             grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), tc.max_grad_norm) if finite else None
@@ -176,9 +182,14 @@ class Trainer:
         out["advantage_abs"] = float((adv.abs() * loss_mask).sum() / loss_mask.sum().clamp(min=1))
         return out
 
-    def _micro(self, n: int) -> list[slice]:
+    def _micro(self, batch: Batch) -> list[torch.Tensor]:
+        """Micro-batches of rows of similar length (longest first), each trimmed to its own width in the update:
+        the gradient is the same as over the whole batch (losses are normalized by whole-batch token/sequence
+        counts) at a fraction of the padded compute."""
         size = self.tc.micro_batch_size
-        return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+        lengths = batch.attention_mask.sum(-1)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        return [order[i : i + size] for i in range(0, len(batch), size)]
 
     # --- evaluation ----------------------------------------------------------------------------------
 
