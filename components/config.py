@@ -177,15 +177,20 @@ class TinyModelConfig(Section):
     vocab_size: int = Field(default=2048, ge=300)
     hidden_size: int = 128
     intermediate_size: int = 384
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 2  # wide heads (64): copying a token from the context forms within ~250 steps
-    num_key_value_heads: int = 2
+    num_hidden_layers: int = 2
+    # many narrow heads: copying from the context formed in 300-500 priming steps with 16, often not in 900 with 2
+    num_attention_heads: int = 16
+    num_key_value_heads: int = 16
     max_position_embeddings: int = 1024
-    prime_steps: int = Field(default=500, ge=0, description="format-priming optimizer steps")
+    prime_first_turn_steps: int = Field(default=1500, ge=0, description="cap of phase 1 (first turns only)")
+    prime_first_call_p: float = Field(default=0.8, ge=0, le=1, description="phase 1 ends at this first-call p")
+    prime_steps: int = Field(default=1500, ge=0, description="cap of phase 2 (whole transcripts)")
+    prime_choice_kl: float = Field(default=0.25, ge=0, description="phase 2 ends at this choice KL (nats)")
+    prime_probe_every: int = Field(default=50, ge=1, description="steps between probes of the priming")
+    prime_probes: int = Field(default=128, ge=1, description="held-out transcripts the probes score")
     prime_batch_size: int = 32
     prime_lr: float = 3e-3
-    prime_corpus_weight: float = Field(default=0.1, ge=0, le=1, description="weight of the corpus LM loss term")
-    prime_first_turn_share: float = Field(default=0.6, ge=0, le=1, description="first steps on first turns only")
+    prime_corpus_weight: float = Field(default=0.0, ge=0, le=1, description="weight of the corpus LM loss term")
     num_threads: int | None = Field(default=1, ge=1, description="torch CPU threads while priming")
 
 

@@ -72,7 +72,8 @@ def test_corrupted_dataset_stops_at_validate(tmp_path):
 
 
 TINY_TRAINING = {
-    "model.tiny.prime_steps": 20,
+    "model.tiny.prime_first_turn_steps": 10,
+    "model.tiny.prime_steps": 10,
     "train.steps": 2,
     "train.eval_every": 0,
     "train.questions_per_step": 4,

@@ -12,7 +12,9 @@ from components.config import parse_config
 from components.data.synthetic import words
 from components.model import base_model
 from components.model.loading import RESOLVED, resolve
-from components.model.priming import make_transcripts
+from components.model.priming import PrimeResult, Sequence_, lm_step, make_transcripts, prime, probe
+from components.config import TinyModelConfig
+from components.model.tiny import CALL_CLOSE, CALL_OPEN
 from components.rl.toy import make_toy
 from components.tracking.tracker import NullTracker
 
@@ -23,6 +25,7 @@ def test_tokenizer_roundtrip_and_template(tmp_path):
     text = '<tool_call>{"name": "search", "arguments": {"query": "Bavo rival"}}</tool_call>'
     ids = tok.encode(text, add_special_tokens=False)
     assert tok.decode(ids) == text and ids[0] == tok.convert_tokens_to_ids("<tool_call>")
+    assert ids[1] == tok.convert_tokens_to_ids(CALL_OPEN) and ids[-2] == tok.convert_tokens_to_ids(CALL_CLOSE)
     assert tok.decode(tok.encode("Ünïcödé ✓ text", add_special_tokens=False)) == "Ünïcödé ✓ text"  # byte-level
     turn = render_tool_turn(tok, "[1] A: x")
     assert turn == "<|im_start|>user\n<tool_response>\n[1] A: x\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
@@ -60,6 +63,58 @@ def test_priming_transcripts_copy_from_context(tmp_path):
         targets = toy.tokenizer.decode([i for i, t in zip(s.ids, s.targets) if t])
         assert "<tool_response>" not in targets and "Question" not in targets
     assert golds < 25  # random entities from context, not the gold chain
+
+
+def _transcripts(toy, n=20, seed=0):
+    w = toy.world
+    qs = w.questions("train")[:n]
+    return qs, make_transcripts(qs, set(w.entities), set(w.relations), toy.backend, w.name, 3, toy.chat, 4,
+                                random.Random(seed))  # fmt: skip
+
+
+def test_transcripts_mark_every_random_draw_with_what_it_was_drawn_from(tmp_path):
+    toy = make_toy(tmp_path, seed=0)
+    w, tok = toy.world, toy.tokenizer
+    ent_ids = {tok.convert_tokens_to_ids(e): e for e in w.entities}
+    rel_ids = {tok.convert_tokens_to_ids(r): r for r in w.relations}
+    qs, seqs = _transcripts(toy)
+    for q, s in zip(qs, seqs):
+        drawn = [i for i, t in enumerate(s.ids) if s.targets[i] and (t in ent_ids or t in rel_ids)]
+        assert sorted(s.choices) == drawn  # every entity/relation the model writes was a draw, and is marked
+        qrels = {tok.convert_tokens_to_ids(x) for x in words(q.question) if x in w.relations}
+        for pos, cands in s.choices.items():
+            assert s.ids[pos] in cands
+            if s.ids[pos] in rel_ids:
+                assert set(cands) == qrels
+            else:  # the entities of the context so far, and only those
+                assert set(cands) == {t for t in s.ids[:pos] if t in ent_ids}
+
+
+def test_lm_step_at_a_draw_is_the_expected_loss_over_its_candidates(tmp_path):
+    """The soft target is exactly the mean of the hard losses the transcript's random draw could have given."""
+    toy = make_toy(tmp_path, seed=0)
+    _, seqs = _transcripts(toy)
+    s = next(x for x in seqs if any(len(c) > 1 for c in x.choices.values()))
+    pos, cands = next((p, c) for p, c in sorted(s.choices.items()) if len(c) > 1)
+    targets = [0] * pos + [1]
+    soft = lm_step(toy.model, [Sequence_(s.ids[: pos + 1], targets, None, {pos: cands})], toy.chat.pad_id, "cpu")
+    hard = [lm_step(toy.model, [Sequence_(s.ids[:pos] + [c], targets)], toy.chat.pad_id, "cpu") for c in cands]
+    assert torch.allclose(soft, torch.stack(hard).mean(), atol=1e-6)
+
+
+def test_priming_phases_end_when_their_probe_passes_or_at_their_cap(tmp_path):
+    toy = make_toy(tmp_path, seed=0)
+    _, seqs = _transcripts(toy, n=40)
+    train, probes = seqs[:30], seqs[30:]
+    before = probe(toy.model, probes, toy.chat.pad_id, "cpu")
+    assert 0 <= before["first_call_p"] < 0.01 and 0 <= before["choice_p"] < 0.5 and before["choice_kl"] > 0.5
+    reached = TinyModelConfig(prime_first_call_p=0.0, prime_choice_kl=100.0, prime_batch_size=4)
+    out = prime(toy.model, train, probes, [], reached, toy.chat.pad_id, random.Random(0))
+    assert (out.first_turn_steps, out.full_steps, out.losses) == (0, 0, [])
+    capped = TinyModelConfig(prime_first_turn_steps=3, prime_steps=2, prime_probe_every=1, prime_batch_size=4)
+    out = prime(toy.model, train, probes, [], capped, toy.chat.pad_id, random.Random(0))
+    assert isinstance(out, PrimeResult) and (out.first_turn_steps, out.full_steps, len(out.losses)) == (3, 2, 5)
+    assert all(0 <= out.scores[k] <= 1 for k in ("first_call_p", "choice_p")) and out.scores["choice_kl"] >= 0
 
 
 def test_real_model_is_only_resolved(tmp_path):

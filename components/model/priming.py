@@ -20,12 +20,13 @@ import json
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from tqdm import tqdm
 
 from components.agent.observation import format_hits
+from components.config import TinyModelConfig
 from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, TOOL_CLOSE, TOOL_OPEN
 from components.data.schema import Passage, Question
 from components.data.synthetic import words
@@ -46,13 +47,35 @@ class Sequence_:
     ids: list[int]
     targets: list[int]  # 1 where the token is a training target
     turn_ends: list[int] | None = None  # end of each model turn: a batch may cut the transcript after any of them
+    # position -> the token ids the transcript drew that token from (an entity of the context, a relation of
+    # the question): its target is the uniform distribution over them, the expected loss of the random draw
+    choices: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def cut(self, rng: random.Random, first_turn: bool = False) -> Sequence_:
         """The transcript up to a random model turn (or its first): short, dense sequences."""
         if not self.turn_ends:
             return self
         end = self.turn_ends[0] if first_turn else rng.choice(self.turn_ends)
-        return Sequence_(self.ids[:end], self.targets[:end])
+        return Sequence_(self.ids[:end], self.targets[:end], None, {i: c for i, c in self.choices.items() if i < end})
+
+
+class _Choices:
+    """Single-token ids of entity and relation names, to mark where a transcript made a random draw."""
+
+    def __init__(self, chat: ChatFormat, names: set[str]):
+        self.ids = {n: ids[0] for n in names if len(ids := chat.encode(n)) == 1}
+
+    def mark(self, seq: dict[int, tuple[int, ...]], act: list[int], offset: int, picks: list[tuple[str, list[str]]]):
+        """For each (chosen name, names it was drawn from): the chosen token's position in `act` -> candidates."""
+        start = 0
+        for chosen, pool in picks:
+            tid = self.ids.get(chosen)
+            cands = tuple(sorted({self.ids[n] for n in pool if n in self.ids}))
+            if tid is None or tid not in act[start:] or len(cands) < len(set(pool)):
+                continue  # a multi-token name: keep the hard target
+            pos = act.index(tid, start)
+            seq[offset + pos] = cands
+            start = pos + 1
 
 
 def make_transcripts(
@@ -69,23 +92,26 @@ def make_transcripts(
     """One transcript per question; searches of all transcripts run in batches, turn by turn."""
     out: list[Sequence_] = []
     states = []
+    marks = _Choices(chat, entities | relations)
     for q in questions:
         qwords = words(q.question)
-        rels = [w for w in qwords if w in relations]
-        ctx = [w for w in qwords if w in entities]
+        rels = sorted({w for w in qwords if w in relations})
+        ctx = list(dict.fromkeys(w for w in qwords if w in entities))
         if not rels or not ctx:
             continue
         ids = chat.prompt_ids(q.question)
         n_search = rng.randint(1, max(1, max_turns - 1))
-        states.append({"ids": ids, "targets": [0] * len(ids), "rels": rels, "ctx": ctx, "left": n_search, "ends": []})
+        states.append({"ids": ids, "targets": [0] * len(ids), "rels": rels, "ctx": ctx, "left": n_search,
+                       "ends": [], "choices": {}})  # fmt: skip
     for _turn in range(max_turns):
         todo = [s for s in states if s["left"] > 0]
         if not todo:
             break
-        queries = [f"{rng.choice(s['ctx'])} {rng.choice(s['rels'])}" for s in todo]
-        hit_lists = backend.search(alias, queries, top_k)
-        for s, query, hits in zip(todo, queries, hit_lists):
-            act = chat.encode(call_text(query)) + [chat.eos_id]
+        picks = [(rng.choice(s["ctx"]), rng.choice(s["rels"])) for s in todo]
+        hit_lists = backend.search(alias, [f"{e} {r}" for e, r in picks], top_k)
+        for s, (e, r), hits in zip(todo, picks, hit_lists):
+            act = chat.encode(call_text(f"{e} {r}")) + [chat.eos_id]
+            marks.mark(s["choices"], act, len(s["ids"]), [(e, s["ctx"]), (r, s["rels"])])
             obs = format_hits(hits) if hits else "No results."
             ins = list(chat.insert_ids(obs, True))
             s["ends"].append(len(s["ids"]) + len(act))
@@ -95,9 +121,11 @@ def make_transcripts(
                 s["ctx"] += [w for w in words(f"{h.title} {h.text}") if w in entities and w not in s["ctx"]]
             s["left"] -= 1
     for s in states:
-        act = chat.encode(answer_text(rng.choice(s["ctx"]))) + [chat.eos_id]
+        a = rng.choice(s["ctx"])
+        act = chat.encode(answer_text(a)) + [chat.eos_id]
+        marks.mark(s["choices"], act, len(s["ids"]), [(a, s["ctx"])])
         ids = s["ids"] + act
-        out.append(Sequence_(ids, s["targets"] + [1] * len(act), s["ends"] + [len(ids)]))
+        out.append(Sequence_(ids, s["targets"] + [1] * len(act), s["ends"] + [len(ids)], s["choices"]))
     return out
 
 
@@ -114,8 +142,9 @@ def corpus_chunks(passages: Sequence[Passage], chat: ChatFormat, length: int, rn
     return out
 
 
-def lm_step(model, batch: list[Sequence_], pad_id: int, device) -> torch.Tensor:
-    """Mean next-token cross-entropy over target tokens of a right-padded batch."""
+def _target_logprobs(model, batch: list[Sequence_], pad_id: int, device):
+    """Log-softmax at every target position of a right-padded batch, one row per target (row-major order),
+    the target ids, and a (batch, length) map from a sequence position to its row (-1: not a target)."""
     n = max(len(s.ids) for s in batch)
     ids = torch.full((len(batch), n), pad_id, dtype=torch.long)
     attn = torch.zeros(len(batch), n, dtype=torch.long)
@@ -124,48 +153,117 @@ def lm_step(model, batch: list[Sequence_], pad_id: int, device) -> torch.Tensor:
         ids[i, : len(s.ids)] = torch.tensor(s.ids)
         attn[i, : len(s.ids)] = 1
         tgt[i, : len(s.ids)] = torch.tensor(s.targets, dtype=torch.bool)
+    tgt[:, 0] = False
     ids, attn, tgt = ids.to(device), attn.to(device), tgt.to(device)
     hidden = model.base_model(input_ids=ids, attention_mask=attn).last_hidden_state[:, :-1]
     sel = tgt[:, 1:]
-    logits = model.get_output_embeddings()(hidden[sel]).float()  # only where there is a target
-    return torch.nn.functional.cross_entropy(logits, ids[:, 1:][sel])
+    logp = torch.log_softmax(model.get_output_embeddings()(hidden[sel]).float(), -1)  # only where there is a target
+    where = torch.full(tgt.shape, -1, dtype=torch.long, device=device)
+    where[tgt] = torch.arange(int(sel.sum()), device=device)
+    return logp, ids[tgt], where
 
 
-def prime(model, transcripts: list[Sequence_], chunks: list[Sequence_], steps: int, batch_size: int, lr: float,
-          corpus_weight: float, pad_id: int, rng: random.Random, log=None, first_turn_share: float = 0.0) -> list[float]:  # fmt: skip
-    """AdamW, constant LR, then cosine decay after the first-turn phase; returns the loss curve.
+def _choice_index(batch: list[Sequence_], where: torch.Tensor):
+    """Rows of the random draws, their candidate ids (padded) and the padding mask."""
+    rows, cands = [], []
+    for i, s in enumerate(batch):
+        for pos, c in s.choices.items():
+            if where[i, pos] >= 0:
+                rows.append(int(where[i, pos]))
+                cands.append(c)
+    width = max((len(c) for c in cands), default=1)
+    cand = torch.tensor([list(c) + [c[0]] * (width - len(c)) for c in cands] or [[0]], device=where.device)
+    mask = torch.tensor([[1.0] * len(c) + [0.0] * (width - len(c)) for c in cands] or [[0.0]], device=where.device)
+    return torch.tensor(rows, dtype=torch.long, device=where.device), cand[: len(rows)], mask[: len(rows)]
 
-    The first `first_turn_share` of the steps see only first turns (question -> first query), whose choice
-    is a near-deterministic copy from the question: the copy-from-context mechanism forms there (within ~100
-    steps) and then carries over to copying from observations, where the random choices make the signal noisy.
+
+def lm_step(model, batch: list[Sequence_], pad_id: int, device) -> torch.Tensor:
+    """Mean next-token cross-entropy over the target tokens; at a random draw, against the uniform
+    distribution over what it was drawn from (the draw's expected loss, without its sampling noise)."""
+    logp, targets, where = _target_logprobs(model, batch, pad_id, device)
+    tok = logp.gather(1, targets[:, None]).squeeze(1)
+    rows, cand, mask = _choice_index(batch, where)
+    if len(rows):
+        tok = tok.index_copy(0, rows, (logp[rows].gather(1, cand) * mask).sum(1) / mask.sum(1))
+    return -tok.mean()
+
+
+@torch.no_grad()
+def probe(model, probes: list[Sequence_], pad_id: int, device) -> dict[str, float]:
+    """How well the format is primed, on held-out transcripts, each draw counted as right when it is any of
+    its candidates: `first_call_p`, the geometric-mean probability of writing a right first call; `choice_p`,
+    that of drawing from the right candidates after the first turn (context entities); `choice_kl`, how far
+    those later draws are from uniform over their candidates (a bias, e.g. to the question's entity, shows here)."""
+    model.eval()
+    logp, targets, where = _target_logprobs(model, probes, pad_id, device)
+    tok = logp.gather(1, targets[:, None]).squeeze(1)
+    rows, cand, mask = _choice_index(probes, where)
+    cand_logp = logp[rows].gather(1, cand)
+    ok = torch.logsumexp(cand_logp + torch.log(mask), 1)
+    # KL(uniform over the candidates || model), the part of the soft loss above its floor log|candidates|
+    kl = -(cand_logp * mask).sum(1) / mask.sum(1) - torch.log(mask.sum(1))
+    tok = tok.index_copy(0, rows, ok)
+    kl_at = torch.zeros_like(tok).index_copy(0, rows, kl)
+    first, later, later_kl = [], [], []
+    for i, s in enumerate(probes):
+        end = s.turn_ends[0] if s.turn_ends else len(s.ids)
+        first.append(sum(float(tok[where[i, j]]) for j in range(1, end) if where[i, j] >= 0))
+        later += [float(tok[where[i, j]]) for j in s.choices if j >= end and where[i, j] >= 0]
+        later_kl += [float(kl_at[where[i, j]]) for j in s.choices if j >= end and where[i, j] >= 0]
+    model.train()
+    gmean = lambda xs: math.exp(sum(xs) / len(xs)) if xs else float("nan")  # noqa: E731
+    return {"first_call_p": gmean(first), "choice_p": gmean(later),
+            "choice_kl": sum(later_kl) / len(later_kl) if later_kl else float("nan")}  # fmt: skip
+
+
+@dataclass
+class PrimeResult:
+    losses: list[float]
+    first_turn_steps: int
+    full_steps: int
+    scores: dict[str, float]
+
+
+def prime(model, transcripts: list[Sequence_], probes: list[Sequence_], chunks: list[Sequence_], tc: TinyModelConfig,
+          pad_id: int, rng: random.Random, log=None) -> PrimeResult:  # fmt: skip
+    """AdamW at a constant LR, in two phases, each until its probe passes (or its step cap).
+
+    1. First turns only (question -> first query): the choice there is a copy from the question, and the
+       copy-from-context mechanism forms on it (measured: within 300-500 steps with 16 narrow heads). Ends
+       when `first_call_p` reaches `prime_first_call_p`.
+    2. Whole transcripts, cut after a random turn: the same copy, now from observations too, and unlearning
+       phase 1's bias to the question's entity. Ends when `choice_kl` is down to `prime_choice_kl`. An optional, down-weighted corpus LM term rides along.
     """
     device = next(model.parameters()).device
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    plateau = int(first_turn_share * steps)
-
-    # No warm-up: measured on the first-turn data, full-size first steps form the copy circuit within ~250 steps
-    # (dev-entity copy loss 6.7 -> 1.6); with a 12-step linear warm-up it had not formed after 250 (5.8).
-    def schedule(s: int) -> float:  # constant through the first-turn phase, then cosine to 10%
-        if s < plateau:
-            return 1.0
-        return 0.1 + 0.45 * (1 + math.cos(math.pi * (s - plateau) / max(1, steps - plateau)))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+    opt = torch.optim.AdamW(model.parameters(), lr=tc.prime_lr, weight_decay=0.01)
     model.train()
-    losses = []
-    for step in tqdm(range(steps), desc="format priming", leave=False):
-        first = step < first_turn_share * steps
-        loss = lm_step(model, [t.cut(rng, first) for t in rng.sample(transcripts, batch_size)], pad_id, device)
-        if chunks and corpus_weight > 0 and not first:
-            # a separate, down-weighted term: its random-fact targets must not drown the copy signal
-            loss = loss + corpus_weight * lm_step(model, rng.sample(chunks, max(1, batch_size // 8)), pad_id, device)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        if log is not None and (step % 50 == 0 or step == steps - 1):
-            log({"prime/loss": losses[-1]}, step)
+    losses: list[float] = []
+    phases = ((lambda sc: sc["first_call_p"] >= tc.prime_first_call_p, tc.prime_first_turn_steps, True),
+              (lambda sc: sc["choice_kl"] <= tc.prime_choice_kl, tc.prime_steps, False))  # fmt: skip
+    done, scores = [], probe(model, probes, pad_id, device)
+    bar = tqdm(total=tc.prime_first_turn_steps + tc.prime_steps, desc="format priming", leave=False)
+    for passed, cap, first in phases:
+        n = 0
+        while n < cap and not passed(scores):
+            loss = lm_step(model, [t.cut(rng, first) for t in rng.sample(transcripts, tc.prime_batch_size)],
+                           pad_id, device)  # fmt: skip
+            if chunks and tc.prime_corpus_weight > 0 and not first:
+                # separate and down-weighted: its random-fact targets must not drown the copy signal
+                batch = rng.sample(chunks, max(1, tc.prime_batch_size // 8))
+                loss = loss + tc.prime_corpus_weight * lm_step(model, batch, pad_id, device)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(loss.item())
+            n += 1
+            bar.update()
+            if n % tc.prime_probe_every == 0 or n == cap:
+                scores = probe(model, probes, pad_id, device)
+                bar.set_postfix({k: f"{v:.2f}" for k, v in scores.items()})
+                if log is not None:
+                    log({"prime/loss": losses[-1], **{f"prime/{k}": v for k, v in scores.items()}}, len(losses))
+        done.append(n)
+    bar.close()
     model.eval()
-    return losses
+    return PrimeResult(losses, done[0], done[1], scores)
