@@ -34,13 +34,16 @@ def test_rl_lifts_held_out_em(tmp_path):
             "project": {"seed": SEED, "artifacts_dir": str(tmp_path)},
             "data": {"datasets": [], "synthetic": {"seed": SEED + 7}},
             "agent": {"system_prompt": False},
-            "train": {"steps": 200, "eval_every": 10, "eval_questions": 200, "checkpoint_every": 50,
+            "retrieval": {"top_k": 1},
+            "model": {"tiny": {"num_threads": 2}},
+            "train": {"num_threads": 2, "steps": 200, "eval_every": 10, "eval_questions": 200, "checkpoint_every": 50,
                       "target_em": 0.9, "stop_at_target": True},
         }
     )  # fmt: skip
     prepare.run(cfg, NullTracker())
     index.run(cfg, NullTracker())
-    base_model.run(cfg, NullTracker())
+    primed = base_model.run(cfg, NullTracker())
+    print(f"priming {primed}")
     curve = Curve()
     result = train.run(cfg, curve)
     elapsed = time.perf_counter() - start
