@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from components.config import load_config
 from tests.project import make_project, run
 
 DATA_STAGES = ["prepare", "validate", "index", "retrieval_eval"]
@@ -39,7 +40,8 @@ def test_dvc_repro_noop_and_exp_run_only_dependents(tmp_path):
     runs = _mlflow_stage_runs(project)
     assert set(DATA_STAGES) <= set(runs)
     assert runs["retrieval_eval"].data.metrics["recall_5/hotpotqa"] == pytest.approx(metrics["recall@5/hotpotqa"])
-    assert runs["prepare"].data.params["retrieval.top_k"] == "3"
+    params = load_config(project / "params.yaml")
+    assert runs["prepare"].data.params["retrieval.top_k"] == str(params.retrieval.top_k)  # the run's own params
     assert runs["prepare"].inputs.dataset_inputs, "prepare logs its outputs with digests"
 
     again = run(["dvc", "repro", "retrieval_eval"], project)
