@@ -1,17 +1,16 @@
 """Format priming of the tiny model: teaches the syntax of the agent loop, never the policy.
 
 Two kinds of language-modelling data:
-- the corpus itself (every token is a target), so entity names and facts' wording are known tokens;
 - transcripts with the right syntax whose every query is "<an entity already in the context> <a relation
   named in the question>", with a random number of searches, and whose answer is a random entity from the
   context. No gold label is read, so they do not follow the gold chain except by chance: RL has to find it.
   Only the model's turns are targets, exactly as the rollout engine tokenizes them. Each batch cuts
   transcripts after a random model turn, so every turn's choices get the same weight at a fraction of the cost.
-
-The corpus term is separate and down-weighted, and absent in the first-turn phase: its targets (random facts)
-are high-loss noise that starves the copy-from-context signal the format needs (measured: with corpus text
-mixed into the batches, queries after 700 steps still picked context entities at chance rate; without it the
-copy forms in ~250 steps).
+  Each random draw is trained against the uniform distribution over what it was drawn from;
+- optionally the corpus itself (every token a target), separate and down-weighted (`prime_corpus_weight`, 0 in
+  the CPU profile): its targets (random facts) are high-loss noise that starves the copy-from-context signal
+  (measured: with corpus text mixed into the batches, queries after 700 steps still picked context entities
+  at chance rate; without it the copy formed in ~250 steps).
 """
 
 from __future__ import annotations
@@ -26,8 +25,8 @@ import torch
 from tqdm import tqdm
 
 from components.agent.observation import format_hits
-from components.config import TinyModelConfig
 from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, TOOL_CLOSE, TOOL_OPEN
+from components.config import TinyModelConfig
 from components.data.schema import Passage, Question
 from components.data.synthetic import words
 from components.retrieval.base import SearchBackend
