@@ -33,10 +33,10 @@ def test_rl_lifts_held_out_em(tmp_path):
         {
             "project": {"seed": SEED, "artifacts_dir": str(tmp_path)},
             "data": {"datasets": [], "synthetic": {"seed": SEED + 7}},
-            "agent": {"system_prompt": False},
+            "agent": {"system_prompt": False, "max_turns": 3},
             "retrieval": {"top_k": 1},
             "model": {"tiny": {"num_threads": 2}},
-            "train": {"num_threads": 2, "steps": 200, "eval_every": 10, "eval_questions": 200, "checkpoint_every": 50,
+            "train": {"num_threads": 2, "lr": 1e-3, "steps": 200, "eval_every": 10, "eval_questions": 200, "checkpoint_every": 50,
                       "target_em": 0.9, "stop_at_target": True},
         }
     )  # fmt: skip
