@@ -188,6 +188,9 @@ class TinyModelConfig(Section):
     prime_choice_kl: float = Field(default=0.25, ge=0, description="phase 2 ends at this choice KL (nats)")
     prime_probe_every: int = Field(default=50, ge=1, description="steps between probes of the priming")
     prime_probes: int = Field(default=128, ge=1, description="held-out transcripts the probes score")
+    # Turns of a priming transcript (None: agent.max_turns). More turns than RL uses give more later draws to
+    # learn the copy from observations on.
+    prime_max_turns: int | None = Field(default=None, ge=2)
     prime_batch_size: int = 32
     prime_lr: float = 3e-3
     prime_corpus_weight: float = Field(default=0.0, ge=0, le=1, description="weight of the corpus LM loss term")

@@ -95,7 +95,7 @@ def build_tiny(cfg: Config, out, tracker) -> dict[str, float]:
         backend.build(FACTUAL, factual)
         transcripts, probes = (
             make_transcripts(qs, set(entities), set(RELATIONS), backend, FACTUAL, cfg.retrieval.top_k, chat,
-                             cfg.agent.max_turns, rng)  # fmt: skip
+                             tc.prime_max_turns or cfg.agent.max_turns, rng)  # fmt: skip
             for qs in (prime_qs, probe_qs)
         )
     chunks = corpus_chunks(factual, chat, 128, rng) if tc.prime_corpus_weight > 0 else []
