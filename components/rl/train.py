@@ -109,13 +109,12 @@ class Trainer:
     def update(self, batch: Batch, step: int) -> dict[str, float]:
         tc = self.tc
         loss_mask = batch.action_mask if tc.mask.loss else batch.response_mask
-        micro = self._micro(batch)
+        parts = [(mb, *batch.trimmed(mb)) for mb in self._micro(batch)]  # (rows, trimmed batch, response width)
         values = None
         if self.critic is not None:
             with torch.no_grad():
                 values = torch.zeros_like(batch.response_mask)
-                for mb in micro:
-                    b, r = batch.trimmed(mb)
+                for mb, b, r in parts:
                     values[mb, :r] = self.critic.values(b)
         adv, returns = compute_advantages(tc, batch.token_rewards, batch.action_mask, batch.response_mask,
                                           batch.index, values)  # fmt: skip
@@ -123,8 +122,7 @@ class Trainer:
         if tc.ppo_epochs > 1:
             with torch.no_grad():
                 old_logp = torch.zeros_like(batch.response_mask)
-                for mb in micro:
-                    b, r = batch.trimmed(mb)
+                for mb, b, r in parts:
                     old_logp[mb, :r] = policy_logprobs(self.policy, b, tc.temperature, loss_mask[mb, :r])[0]
         n_tokens, n_seqs = int(loss_mask.sum()), len(batch)
         self.policy.train()
@@ -135,8 +133,7 @@ class Trainer:
             if self.critic_opt is not None:
                 self.critic_opt.zero_grad(set_to_none=True)
             finite = True
-            for mb in micro:
-                b, r = batch.trimmed(mb)
+            for mb, b, r in parts:
                 m = loss_mask[mb, :r]
                 logp, entropy = policy_logprobs(self.policy, b, tc.temperature, m)
                 old = old_logp[mb, :r] if old_logp is not None else logp.detach()
