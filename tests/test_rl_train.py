@@ -19,6 +19,8 @@ import components.retrieval.index as index
 from components.config import parse_config
 from components.rl import checkpoint as ckpt
 from components.rl import train
+from components.rl.batch import collate
+from components.rollout.engine import rollout
 from components.tracking.tracker import NullTracker
 
 
@@ -114,6 +116,29 @@ def test_non_finite_loss_skips_the_step(prepared, tmp_path):
     with pytest.raises(ckpt.NonFiniteCheckpoint):
         ckpt.save(tmp_path / "ck", 1, {"policy": trainer.policy}, {}, {})
     assert ckpt.latest(tmp_path / "ck") is None
+
+
+
+def test_episodes_without_advantage_are_skipped_and_the_update_is_unchanged(prepared, tmp_path):
+    """GRPO groups that all scored alike have zero advantage: the trainer skips them; same parameters after."""
+    cfg = parse_config(small_raw(fresh(prepared, tmp_path), steps=1, eval_every=0, questions_per_step=3,
+                                 micro_batch_size=2))  # fmt: skip
+    skipping, full = train.build_trainer(cfg), train.build_trainer(cfg)
+    full._rows_to_update = lambda adv, mask: torch.arange(len(adv))
+    qs = skipping.sample_questions(0)
+    trajs = rollout(skipping.policy, skipping.chat, skipping.env, [q for q in qs for _ in range(3)], cfg.agent,
+                    generator=torch.Generator().manual_seed(0))  # fmt: skip
+    batch = collate(trajs, skipping.chat.pad_id)
+    batch.token_rewards.zero_()
+    batch.token_rewards[0, int(batch.action_mask[0].nonzero().max())] = 1.0  # only the first group has signal
+    before = {k: v.clone() for k, v in skipping.policy.state_dict().items()}
+    out = skipping.update(batch, 0)
+    assert out["updated_fraction"] == pytest.approx(3 / 9)
+    assert full.update(batch, 0)["updated_fraction"] == 1.0
+    after, reference = skipping.policy.state_dict(), full.policy.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    for k in after:
+        assert torch.allclose(after[k], reference[k], atol=1e-6), k
 
 
 RUNNER = """

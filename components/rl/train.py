@@ -99,6 +99,7 @@ class Trainer:
             "response_tokens": float(batch.response_mask.sum(-1).mean()),
             "action_tokens": float(batch.action_mask.sum(-1).mean()),
             "rollout_tokens_per_s": stats.tokens_per_s,
+            "entropy": stats.entropy,  # of the sampling policy, per generated token
             "rollout_s": t1 - t0,
             "tool_s": stats.tool_seconds,
             "update_s": t2 - t1,
@@ -109,15 +110,11 @@ class Trainer:
     def update(self, batch: Batch, step: int) -> dict[str, float]:
         tc = self.tc
         loss_mask = batch.action_mask if tc.mask.loss else batch.response_mask
-        parts = [(mb, *batch.trimmed(mb)) for mb in self._micro(batch)]  # (rows, trimmed batch, response width)
-        values = None
-        if self.critic is not None:
-            with torch.no_grad():
-                values = torch.zeros_like(batch.response_mask)
-                for mb, b, r in parts:
-                    values[mb, :r] = self.critic.values(b)
+        values = self._values(batch) if self.critic is not None else None
         adv, returns = compute_advantages(tc, batch.token_rewards, batch.action_mask, batch.response_mask,
                                           batch.index, values)  # fmt: skip
+        rows = self._rows_to_update(adv, loss_mask)
+        parts = [(mb, *batch.trimmed(mb)) for mb in self._micro(batch, rows)]  # (rows, trimmed batch, width)
         old_logp = None
         if tc.ppo_epochs > 1:
             with torch.no_grad():
@@ -126,7 +123,7 @@ class Trainer:
                     old_logp[mb, :r] = policy_logprobs(self.policy, b, tc.temperature, loss_mask[mb, :r])[0]
         n_tokens, n_seqs = int(loss_mask.sum()), len(batch)
         self.policy.train()
-        sums: dict[str, float] = {}
+        sums: dict[str, float] = {"pg_loss": 0.0, "ppo_kl": 0.0, "pg_clipfrac": 0.0}  # 0 when no row has signal
         skipped = 0
         for _epoch in range(tc.ppo_epochs):
             self.opt.zero_grad(set_to_none=True)
@@ -138,8 +135,9 @@ class Trainer:
                 logp, entropy = policy_logprobs(self.policy, b, tc.temperature, m)
                 old = old_logp[mb, :r] if old_logp is not None else logp.detach()
                 pg, pg_metrics = policy_loss(tc, old, logp, adv[mb, :r], m, n_tokens, n_seqs)
-                ent = aggregate(tc, entropy, m, n_tokens, n_seqs)
-                loss = pg - tc.entropy_coef * ent
+                loss = pg
+                if tc.entropy_coef:
+                    loss = loss - tc.entropy_coef * aggregate(tc, entropy, m, n_tokens, n_seqs)
                 if self.ref is not None:
                     with torch.no_grad():
                         ref_logp, _ = policy_logprobs(self.ref, b, tc.temperature, m)
@@ -158,9 +156,11 @@ class Trainer:
                     break
                 loss.backward()
                 sums["pg_loss"] = sums.get("pg_loss", 0.0) + float(pg.detach())
-                sums["entropy"] = sums.get("entropy", 0.0) + float(ent.detach())
                 sums["ppo_kl"] = sums.get("ppo_kl", 0.0) + pg_metrics["actor/ppo_kl"] * len(b) / n_seqs
                 sums["pg_clipfrac"] = sums.get("pg_clipfrac", 0.0) + pg_metrics["actor/pg_clipfrac"] * len(b) / n_seqs
+            if not parts:  # nothing to learn from: the step AdamW would take on an all-zero gradient
+                for p in self.policy.parameters():
+                    p.grad = torch.zeros_like(p)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), tc.max_grad_norm) if finite else None
             if not finite or not torch.isfinite(grad_norm):
                 self.opt.zero_grad(set_to_none=True)
@@ -176,17 +176,35 @@ class Trainer:
         epochs = max(1, tc.ppo_epochs - skipped)
         out = {k: v / epochs for k, v in sums.items()}
         out["skipped_nonfinite"] = float(skipped)
+        out["updated_fraction"] = len(rows) / n_seqs
         out["advantage_abs"] = float((adv.abs() * loss_mask).sum() / loss_mask.sum().clamp(min=1))
         return out
 
-    def _micro(self, batch: Batch) -> list[torch.Tensor]:
-        """Micro-batches of rows of similar length (longest first), each trimmed to its own width in the update:
-        the gradient is the same as over the whole batch (losses are normalized by whole-batch token/sequence
-        counts) at a fraction of the padded compute."""
+    def _values(self, batch: Batch) -> torch.Tensor:
+        """The critic's value of every response position, before the update."""
+        values = torch.zeros_like(batch.response_mask)
+        with torch.no_grad():
+            for mb in self._micro(batch, torch.arange(len(batch))):
+                b, r = batch.trimmed(mb)
+                values[mb, :r] = self.critic.values(b)
+        return values
+
+    def _rows_to_update(self, adv: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+        """Episodes whose tokens carry a non-zero advantage, when nothing else in the loss needs the others
+        (no entropy bonus, reference KL or critic): an all-zero row adds exactly zero to a gradient normalised
+        by whole-batch counts, so skipping it changes only the cost. Early in GRPO most groups score all alike."""
+        if self.critic is not None or self.ref is not None or self.tc.entropy_coef:
+            return torch.arange(len(adv))
+        return torch.nonzero(((adv * loss_mask) != 0).any(-1)).squeeze(-1)
+
+    def _micro(self, batch: Batch, rows: torch.Tensor) -> list[torch.Tensor]:
+        """Micro-batches of `rows` of similar length (longest first), each trimmed to its own width in the
+        update: the gradient is the same as over the whole batch (losses are normalized by whole-batch
+        token/sequence counts) at a fraction of the padded compute."""
         size = self.tc.micro_batch_size
-        lengths = batch.attention_mask.sum(-1)
-        order = torch.argsort(lengths, descending=True, stable=True)
-        return [order[i : i + size] for i in range(0, len(batch), size)]
+        lengths = batch.attention_mask[rows].sum(-1)
+        order = rows[torch.argsort(lengths, descending=True, stable=True)]
+        return [order[i : i + size] for i in range(0, len(order), size)]
 
     # --- evaluation ----------------------------------------------------------------------------------
 

@@ -28,6 +28,11 @@ class RolloutStats:
     tool_seconds: float = 0.0
     generated_tokens: int = 0
     forward_calls: int = 0
+    entropy_sum: float = 0.0  # of the sampling distribution, over every sampled token
+
+    @property
+    def entropy(self) -> float:
+        return self.entropy_sum / self.generated_tokens if self.generated_tokens else 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -73,15 +78,15 @@ class _Batch:
         self.attn, self.next_pos = self.attn[idx], self.next_pos[idx]
 
 
-def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next tokens and their log-probs (temperature 0 = greedy)."""
+def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | None):
+    """Next tokens, their log-probs and the entropy of each row's distribution (temperature 0 = greedy)."""
+    logp = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
     if temperature <= 0:
-        logp = torch.log_softmax(logits, dim=-1)
         tok = logits.argmax(-1)
     else:
-        logp = torch.log_softmax(logits / temperature, dim=-1)
         tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
-    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1), entropy
 
 
 @torch.no_grad()
@@ -129,9 +134,10 @@ def rollout(
         live = torch.ones(len(active), dtype=torch.bool)
         budget = [cfg.max_total_tokens - len(trajs[i].input_ids) for i in active]
         for step in range(cfg.max_tokens_per_turn):
-            tok, lp = _sample(logits, temperature, generator)
+            tok, lp, ent = _sample(logits, temperature, generator)
             tok, lp = tok.cpu(), lp.cpu()
             sampled = live.clone()
+            stats.entropy_sum += float(ent.cpu()[sampled].sum())
             for r, i in enumerate(active):
                 if live[r]:
                     gen[i].append(int(tok[r]))
