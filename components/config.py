@@ -192,6 +192,7 @@ class TinyModelConfig(Section):
     # learn the copy from observations on.
     prime_max_turns: int | None = Field(default=None, ge=2)
     prime_batch_size: int = 32
+    prime_micro_batch_size: int | None = Field(default=8, ge=1, description="sequences per forward (by length)")
     prime_lr: float = 3e-3
     prime_corpus_weight: float = Field(default=0.0, ge=0, le=1, description="weight of the corpus LM loss term")
     num_threads: int | None = Field(default=1, ge=1, description="torch CPU threads while priming")

@@ -176,15 +176,24 @@ def _choice_index(batch: list[Sequence_], where: torch.Tensor):
     return torch.tensor(rows, dtype=torch.long, device=where.device), cand[: len(rows)], mask[: len(rows)]
 
 
-def lm_step(model, batch: list[Sequence_], pad_id: int, device) -> torch.Tensor:
-    """Mean next-token cross-entropy over the target tokens; at a random draw, against the uniform
-    distribution over what it was drawn from (the draw's expected loss, without its sampling noise)."""
+def _lm_loss_sum(model, batch: list[Sequence_], pad_id: int, device) -> tuple[torch.Tensor, int]:
+    """Summed next-token cross-entropy over the target tokens and their count; at a random draw, against the
+    uniform distribution over what it was drawn from (the draw's expected loss, without its sampling noise)."""
     logp, targets, where = _target_logprobs(model, batch, pad_id, device)
     tok = logp.gather(1, targets[:, None]).squeeze(1)
     rows, cand, mask = _choice_index(batch, where)
     if len(rows):
         tok = tok.index_copy(0, rows, (logp[rows].gather(1, cand) * mask).sum(1) / mask.sum(1))
-    return -tok.mean()
+    return -tok.sum(), len(tok)
+
+
+def lm_step(model, batch: list[Sequence_], pad_id: int, device, micro_size: int | None = None) -> torch.Tensor:
+    """Mean loss over the batch's target tokens (see `_lm_loss_sum`). With `micro_size`, the sequences run in
+    micro-batches of similar length, so little compute goes to padding; the loss is the same."""
+    order = sorted(batch, key=lambda s: len(s.ids))
+    size = micro_size or len(order)
+    parts = [_lm_loss_sum(model, order[i : i + size], pad_id, device) for i in range(0, len(order), size)]
+    return sum(loss for loss, _ in parts) / max(1, sum(n for _, n in parts))
 
 
 @torch.no_grad()
@@ -245,7 +254,7 @@ def prime(model, transcripts: list[Sequence_], probes: list[Sequence_], chunks: 
         n = 0
         while n < cap and not passed(scores):
             loss = lm_step(model, [t.cut(rng, first) for t in rng.sample(transcripts, tc.prime_batch_size)],
-                           pad_id, device)  # fmt: skip
+                           pad_id, device, tc.prime_micro_batch_size)  # fmt: skip
             if chunks and tc.prime_corpus_weight > 0 and not first:
                 # separate and down-weighted: its random-fact targets must not drown the copy signal
                 batch = rng.sample(chunks, max(1, tc.prime_batch_size // 8))
