@@ -55,8 +55,7 @@ test: setup
 	scripts/es.sh start
 	trap 'scripts/es.sh stop' EXIT
 	export ES_URL=$${ES_URL:-http://127.0.0.1:9200}
-	# The learning test (issue 3) does not pass yet; it runs on its own with `make test-learning`.
-	$(BIN)/python -m pytest -q --ignore=tests/test_learning.py
+	$(BIN)/python -m pytest -q
 
 test-learning: setup
 	$(BIN)/python -m pytest -q -s tests/test_learning.py
