@@ -1,8 +1,9 @@
 """The Agent-R1 mask ablation: loss + advantage masks on vs off, same budget, 3 seeds.
 
 The CPU profile of params.yaml on the synthetic world only. For each seed it prepares, indexes and primes once,
-then trains both arms from the same primed base for the same number of steps (no early stop), and reports
-final dev EM, steps to dev EM 0.9, counterfactual-world EM and the mean gradient norm.
+then trains both arms from the same primed base with the same step cap, each stopping once dev EM reaches 0.9
+(params.yaml's target), and reports final dev EM, steps to 0.9, counterfactual-world EM and the mean gradient
+norm. Seeds can run as separate processes (`--seeds 2 --threads 1`) and share `--out`.
 
     python benchmarks/ablation_mask.py --seeds 1 2 3 --steps 150 --out artifacts/ablation
 """
@@ -32,7 +33,7 @@ def config(art: Path, seed: int, mask_on: bool, steps: int, threads: int):
     return load_config("params.yaml", {
         "project.seed": seed, "project.artifacts_dir": str(art), "data.datasets": [],
         "data.synthetic.seed": 1000 + seed, "model.tiny.num_threads": threads, "train.num_threads": threads,
-        "train.steps": steps, "train.stop_at_target": False, "train.eval_every": 10, "train.checkpoint_every": 50,
+        "train.steps": steps, "train.stop_at_target": True, "train.eval_every": 10, "train.checkpoint_every": 50,
         "train.mask.loss": mask_on, "train.mask.advantage": mask_on,
     })  # fmt: skip
 
