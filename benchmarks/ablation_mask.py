@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="artifacts/ablation")
     args = ap.parse_args()
-    out = Path(args.out)
+    out = Path(args.out).resolve()  # the arms link to the seed's shared dirs by absolute path
     results = {}
     for seed in args.seeds:
         for mask_on in (True, False):
