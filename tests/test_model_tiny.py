@@ -102,7 +102,6 @@ def test_lm_step_at_a_draw_is_the_expected_loss_over_its_candidates(tmp_path):
     assert torch.allclose(soft, torch.stack(hard).mean(), atol=1e-6)
 
 
-
 def test_lm_step_in_micro_batches_by_length_gives_the_same_loss_and_gradient(tmp_path):
     toy = make_toy(tmp_path, seed=0)
     _, seqs = _transcripts(toy, n=12)
@@ -117,6 +116,7 @@ def test_lm_step_in_micro_batches_by_length_gives_the_same_loss_and_gradient(tmp
     (whole, g_whole), (parts, g_parts) = grads
     assert torch.allclose(whole, parts, atol=1e-6)
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(g_whole, g_parts))
+
 
 def test_priming_phases_end_when_their_probe_passes_or_at_their_cap(tmp_path):
     toy = make_toy(tmp_path, seed=0)

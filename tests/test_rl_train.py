@@ -118,7 +118,6 @@ def test_non_finite_loss_skips_the_step(prepared, tmp_path):
     assert ckpt.latest(tmp_path / "ck") is None
 
 
-
 def test_episodes_without_advantage_are_skipped_and_the_update_is_unchanged(prepared, tmp_path):
     """GRPO groups that all scored alike have zero advantage: the trainer skips them; same parameters after."""
     cfg = parse_config(small_raw(fresh(prepared, tmp_path), steps=1, eval_every=0, questions_per_step=3,

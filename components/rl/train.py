@@ -155,9 +155,9 @@ class Trainer:
                     finite = False
                     break
                 loss.backward()
-                sums["pg_loss"] = sums.get("pg_loss", 0.0) + float(pg.detach())
-                sums["ppo_kl"] = sums.get("ppo_kl", 0.0) + pg_metrics["actor/ppo_kl"] * len(b) / n_seqs
-                sums["pg_clipfrac"] = sums.get("pg_clipfrac", 0.0) + pg_metrics["actor/pg_clipfrac"] * len(b) / n_seqs
+                sums["pg_loss"] += float(pg.detach())
+                sums["ppo_kl"] += pg_metrics["actor/ppo_kl"] * len(b) / n_seqs
+                sums["pg_clipfrac"] += pg_metrics["actor/pg_clipfrac"] * len(b) / n_seqs
             if not parts:  # nothing to learn from: the step AdamW would take on an all-zero gradient
                 for p in self.policy.parameters():
                     p.grad = torch.zeros_like(p)
