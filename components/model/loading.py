@@ -16,6 +16,11 @@ def base_dir(cfg: Config) -> Path:
     return cfg.artifacts / "models" / "base"
 
 
+def pretrained_dir(cfg: Config) -> Path:
+    """The model before any format warm-up: what the direct and naive-RAG baselines use."""
+    return cfg.artifacts / "models" / "pretrained"
+
+
 def trained_dir(cfg: Config) -> Path:
     return cfg.artifacts / "models" / "trained"
 

@@ -59,7 +59,7 @@ class Trainer:
         self.device = next(policy.parameters()).device
         self.chat = ChatFormat.for_agent(tokenizer, cfg.agent)
         self.train_qs, self.eval_sets = train_qs, eval_sets
-        self.env = make_env(backend, train_qs, cfg.agent, cfg.retrieval.top_k)
+        self.env = make_env(backend, train_qs, cfg.agent, cfg.retrieval.top_k, self.chat)
         self.trainable = freeze_below(policy, self.tc.trainable_layers)
         if self.tc.gradient_checkpointing:
             policy.gradient_checkpointing_enable()

@@ -42,6 +42,15 @@ class ChatFormat:
         rest = self.after_eos if ended_with_eos else self.after_cut
         return tuple(self.encode(rest + render_tool_turn(self.tok, observation)))
 
+    @lru_cache(maxsize=65536)  # noqa: B019 - passages repeat across searches
+    def cut(self, text: str, max_tokens: int) -> str:
+        """`text` cut to its first `max_tokens` tokens ("…" marks a cut)."""
+        ids = self.encode(text)
+        return text if len(ids) <= max_tokens else self.tok.decode(ids[:max_tokens]).rstrip() + " …"
+
+    def cutter(self, max_tokens: int | None):
+        return None if max_tokens is None else lambda text: self.cut(text, max_tokens)
+
     def decode_turn(self, ids: list[int]) -> str:
         if ids and ids[-1] == self.eos_id:
             ids = ids[:-1]

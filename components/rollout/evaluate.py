@@ -40,9 +40,12 @@ class AgentResult:
     transcript: str
 
 
-def make_env(backend: SearchBackend, questions: Sequence[Question], agent: AgentConfig, top_k: int) -> ToolEnv:
+def make_env(backend: SearchBackend, questions: Sequence[Question], agent: AgentConfig, top_k: int,
+             chat: ChatFormat | None = None) -> ToolEnv:  # fmt: skip
+    """A ToolEnv with a search tool per corpus; with `chat`, passages are cut to agent.passage_max_tokens."""
     corpora = sorted({q.corpus for q in questions})
-    return ToolEnv({c: [SearchTool(backend, c, top_k)] for c in corpora}, agent)
+    cut = chat.cutter(agent.passage_max_tokens) if chat is not None else None
+    return ToolEnv({c: [SearchTool(backend, c, top_k, cut)] for c in corpora}, agent)
 
 
 def transcript(t: Trajectory, chat: ChatFormat) -> str:
@@ -70,13 +73,13 @@ def evaluate_agent(
     chat = ChatFormat.for_agent(tokenizer, agent)
     if mode != "agent":
         agent = agent.model_copy(update={"max_turns": 1})
-    env = make_env(backend, questions, agent, top_k)
+    env = make_env(backend, questions, agent, top_k, chat)
     out: list[AgentResult] = []
     for start in range(0, len(questions), batch_size):
         qs = list(questions[start : start + batch_size])
         prompts = None
         if mode == "naive_rag":
-            prompts = _naive_rag_prompts(qs, chat, backend, top_k)
+            prompts = _naive_rag_prompts(qs, chat, backend, top_k, chat.cutter(agent.passage_max_tokens))
         trajs = rollout(model, chat, env, qs, agent, temperature=0.0, stats=stats, prompts=prompts,
                         prefill=ANSWER_OPEN if mode != "agent" else "")  # fmt: skip
         for t in trajs:
@@ -86,7 +89,8 @@ def evaluate_agent(
     return out
 
 
-def _naive_rag_prompts(qs: list[Question], chat: ChatFormat, backend: SearchBackend, top_k: int) -> list[list[int]]:
+def _naive_rag_prompts(qs: list[Question], chat: ChatFormat, backend: SearchBackend, top_k: int,
+                       cut=None) -> list[list[int]]:  # fmt: skip
     prompts = []
     by_corpus: dict[str, list[int]] = {}
     for i, q in enumerate(qs):
@@ -95,7 +99,7 @@ def _naive_rag_prompts(qs: list[Question], chat: ChatFormat, backend: SearchBack
     for corpus, idx in by_corpus.items():
         hits = backend.search(corpus, [qs[i].question for i in idx], top_k)
         for i, h in zip(idx, hits):
-            observations[i] = format_hits(h) if h else "No results."
+            observations[i] = format_hits(h, cut) if h else "No results."
     for i, q in enumerate(qs):
         ids = chat.prompt_ids(q.question) + chat.encode(call_text(q.question)) + [chat.eos_id]
         prompts.append(ids + list(chat.insert_ids(observations[i], True)))
