@@ -69,6 +69,55 @@ CASES = {
 }  # fmt: skip
 
 
+def wiki2(i, **kw):
+    row = {"_id": f"w{i}", "question": "q?", "answer": "a",
+           "context": [["T", ["T is a thing.", "More."]], ["U", ["U too."]]], "supporting_facts": [["T", 0]]}  # fmt: skip
+    return {**row, **kw}
+
+
+def orig(i, **kw):
+    row = {"_id": f"h{i}", "question": "q?", "answer": "a",
+           "context": [["T", ["T is a thing."]], ["U", [" U too."]]], "supporting_facts": [["T", 0]]}  # fmt: skip
+    return {**row, **kw}
+
+
+def jlist(*rows) -> bytes:
+    return json.dumps(list(rows)).encode()
+
+
+LITERAL_CASES = {
+    "literal_unclosed": ("2wiki_context", "2w.json", jlist(wiki2(0), wiki2(1, context="[['a', ['x']]")),
+                         r"2w\.json: row 1: field 'context' is not a Python literal \(SyntaxError"),
+    "literal_code_refused": ("2wiki_context", "2w.json", jlist(wiki2(0, supporting_facts="__import__('os')")),
+                             r"2w\.json: row 0: field 'supporting_facts' is not a Python literal \(ValueError"),
+    "literal_call_in_list": ("2wiki_context", "2w.json", jlist(wiki2(0, context="[['a', [open('x')]]]")),
+                             r"2w\.json: row 0: field 'context' is not a Python literal \(ValueError"),
+    "literal_not_a_list": ("2wiki_context", "2w.json", jlist(wiki2(0, context="{'T': 1}")),
+                           r"2w\.json: row 0: field 'context' must hold a list, got dict"),
+    "literal_bad_shape": ("2wiki_context", "2w.json", jlist(wiki2(0, context="[['T', 'not sentences']]")),
+                          r"2w\.json: row 0: context\[0\] must be \[title, \[sentences\]\], got \['T', 'not sentences'\]"),
+    "2wiki_context_wrong_type": ("2wiki_context", "2w.jsonl", jl(wiki2(0), wiki2(1, context=5)),
+                                 r"2w\.jsonl: line 2: field 'context' must be list or str, got int"),
+    "2wiki_context_missing_field": ("2wiki_context", "2w.json", jlist({k: v for k, v in wiki2(0).items() if k != "supporting_facts"}),
+                                    r"2w\.json: row 0: missing field 'supporting_facts'"),
+    "2wiki_context_missing_id": ("2wiki_context", "2w.json", jlist({k: v for k, v in wiki2(0).items() if k != "_id"}),
+                                 r"2w\.json: row 0: missing field '_id'"),
+    "original_bad_fact": ("hotpotqa_original", "ho.json", jlist(orig(0), orig(1, supporting_facts=[["T", "0"]])),
+                          r"ho\.json: row 1: supporting_facts\[0\] must be \[title, sentence id\], got \['T', '0'\]"),
+    "original_bad_context": ("hotpotqa_original", "ho.json", jlist(orig(0, context=[["T", ["x"]], {"title": "U"}])),
+                             r"ho\.json: row 0: context\[1\] must be \[title, \[sentences\]\]"),
+    "original_fact_title_absent": ("hotpotqa_original", "ho.json", jlist(orig(0, supporting_facts=[["Z", 0]])),
+                                   r"ho\.json: row 0: field 'supporting_facts': titles \['Z'\] not in the context"),
+    "original_literal_string_refused": ("hotpotqa_original", "ho.json", jlist(orig(0, context="[['T', ['x']]]")),
+                                        r"ho\.json: row 0: field 'context' must be list, got str"),
+    "hf_jsonl_missing_field": ("hotpotqa_hf", "hp.jsonl", jl(hp(0), hp(1, question=1)),
+                               r"hp\.jsonl: line 2: missing field 'question'"),
+    "musique_jsonl_truncated": ("musique", "mu.jsonl", b'{"id": "b", "para\n',
+                                r"mu\.jsonl: line 1: invalid JSON \(truncated\?\)"),
+}  # fmt: skip
+CASES.update(LITERAL_CASES)
+
+
 def config(tmp_path, fmt, name):
     return parse_config({
         "project": {"data_dir": str(tmp_path / "data"), "artifacts_dir": str(tmp_path / "artifacts")},
@@ -114,3 +163,4 @@ def test_missing_file_names_the_param(tmp_path):
     (tmp_path / "data" / "good.jsonl").write_bytes(GOOD)
     with pytest.raises(DataError, match=r"nope\.jsonl: file not found \(data.datasets\[1\].path\)"):
         run(cfg, NullTracker())
+

@@ -68,6 +68,7 @@ BROKEN = [
     ("long answer", lambda q, p: (_set(q, 3, "answers", ["x" * 41]), p), "answers", "expect_column_value_lengths_to_be_between", "answer", "question_id='s1'"),
     ("bad split", lambda q, p: (_set(q, 1, "split", "validation"), p), "questions", "expect_column_values_to_be_in_set", "split", "id='q2', split='validation'"),
     ("train/dev leak", lambda q, p: (_set(q, 1, "question", "who wrote  HAMLET"), p), "questions", "expect_column_values_to_be_null", "train_eval_overlap", "id='q1', train_eval_overlap='dev:q2'"),
+    ("train/dev id leak", lambda q, p: (_set(q, 1, "id", "toy_dev:q1"), p), "questions", "expect_column_values_to_be_null", "train_eval_id_overlap", "id='q1', train_eval_id_overlap='dev:toy_dev:q1'"),
     ("missing support", lambda q, p: (_set(q, 2, "supporting_ids", ["p3", "p404"]), p), "questions", "expect_column_values_to_be_null", "missing_supporting_ids", "id='q3', missing_supporting_ids='p404'"),
     ("support in other corpus", lambda q, p: (_set(q, 3, "supporting_ids", ["p1"]), p), "questions", "expect_column_values_to_be_null", "missing_supporting_ids", "id='s1', missing_supporting_ids='p1'"),
     ("duplicate passage", lambda q, p: (q, _set(p, 1, "id", "p1")), "passages", "expect_compound_columns_to_be_unique", ["corpus", "id"], "id='p1'"),
@@ -95,6 +96,16 @@ def test_leak_check_ignores_dev_test_overlap_and_normalises_text():
     assert validate_frames(q, clean_passages(), V).success
     q = _set(clean_questions(), 1, "question", "WHO wrote Hamlet")  # train vs dev after normalisation: leak
     assert not validate_frames(q, clean_passages(), V).success
+
+
+def test_id_leak_check_ignores_dev_test_and_compares_source_ids():
+    q = _set(_set(clean_questions(), 1, "id", "a:x"), 2, "id", "b:x")  # dev and test share a source id: allowed
+    assert validate_frames(q, clean_passages(), V).success
+    q = _set(_set(clean_questions(), 0, "id", "hotpotqa:5a7"), 1, "id", "hotpotqa_dev1025:5a7")  # train vs dev: leak
+    outcome = validate_frames(q, clean_passages(), V)
+    assert not outcome.success
+    failed = outcome.suites["questions"]["failed"]
+    assert [f["column"] for f in failed] == ["train_eval_id_overlap"]
 
 
 def test_answer_coverage_on_hand_built_case():

@@ -76,6 +76,11 @@ def read_json_list(path: Path) -> Iterator[Row]:
         i, idx = _skip_ws(text, i + 1), idx + 1
 
 
+def read_records(path: Path) -> Iterator[Row]:
+    """jsonl for a .jsonl file, else a JSON list."""
+    return read_jsonl(path) if path.suffix == ".jsonl" else read_json_list(path)
+
+
 def _skip_ws(text: str, i: int) -> int:
     while i < len(text) and text[i] in " \t\r\n":
         i += 1
