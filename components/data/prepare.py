@@ -96,13 +96,17 @@ def run(cfg: Config, tracker) -> dict[str, float]:
     out = prepared_dir(cfg)
     try:
         questions, passages = load_all(cfg.data, cfg.data_root)
+        with atomic_path(out) as tmp:
+            tmp.mkdir()
+            write_questions(tmp / QUESTIONS_FILE, questions)
+            write_passages(tmp / PASSAGES_FILE, passages)
     except DataError:
         remove(out)
         raise
-    with atomic_path(out) as tmp:
-        tmp.mkdir()
-        write_questions(tmp / QUESTIONS_FILE, questions)
-        write_passages(tmp / PASSAGES_FILE, passages)
+    except UnicodeEncodeError as err:  # a text no reader checked (the readers name file and line): Parquet is UTF-8
+        remove(out)
+        bad = err.object[err.start : err.end]
+        raise DataError(f"{out}: a loaded text is not encodable as UTF-8 ({err.reason}: {bad!r})") from None
     tracker.log_input(out / QUESTIONS_FILE, context="prepare.questions")
     tracker.log_input(out / PASSAGES_FILE, context="prepare.passages")
     return counts(questions, passages)

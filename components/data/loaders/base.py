@@ -9,7 +9,7 @@ from pathlib import Path
 
 from components.config import DatasetSpec
 from components.data.passages import PassageTable
-from components.data.reader import need
+from components.data.reader import check_encodable, need
 from components.data.schema import DataError, Question
 
 # A loader reads one dataset file into questions, adding its passages to the shared table.
@@ -77,6 +77,7 @@ def literal(row: dict, key: str, where: str) -> list:
         raise DataError(f"{where}: field {key!r} is not a Python literal ({type(err).__name__}: {_short(err)})") from None
     if not isinstance(value, list):
         raise DataError(f"{where}: field {key!r} must hold a list, got {type(value).__name__}")
+    check_encodable(value, where, key)  # a literal's '\ud800' escape makes a lone surrogate too
     return value
 
 
