@@ -229,3 +229,14 @@ def test_text_no_reader_checked_fails_at_write_without_output(tmp_path, monkeypa
     with pytest.raises(DataError, match=r"prepared: a loaded text is not encodable as UTF-8 \(surrogates not allowed: '\\ud800'\)"):
         run(cfg, NullTracker())
     assert sorted(p.name for p in (tmp_path / "artifacts").iterdir()) == []
+
+
+def test_huge_values_in_prepare_messages_are_cut(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "good.jsonl").write_bytes(GOOD)
+    big = "i" * 1_000_000
+    (tmp_path / "data" / "qa.jsonl").write_bytes(jl(fr(1) | {"id": big}, fr(2) | {"id": big}))
+    with pytest.raises(DataError) as err:
+        run(config(tmp_path, "flashrag", "qa.jsonl"), NullTracker())
+    assert "line 2: duplicate id 'iii" in str(err.value) and "... [1,000,000 chars]'" in str(err.value)
+    assert len(str(err.value)) < 600

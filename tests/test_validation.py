@@ -202,3 +202,40 @@ def test_cli_validate_exits_non_zero_with_readable_message(tmp_path):
     assert "expect_column_values_to_be_in_set(column=split" in message and "id='q2', split='validation'" in message
     assert (tmp_path / "artifacts" / "validation" / "report" / "index.html").exists()
     assert not (tmp_path / "artifacts" / "validation" / "summary.json").exists()
+
+
+def test_huge_value_is_cut_in_stderr_summary_and_data_docs(tmp_path):
+    """One 50 MB question: `agentr1 validate` fails naming it, but shows only its start and its length."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    huge = "why " * 12_500_000  # 50,000,000 chars
+    _prepared(tmp_path / "artifacts", _set(clean_questions(), 1, "question", huge), clean_passages())
+    (tmp_path / "params.yaml").write_text("project:\n  artifacts_dir: artifacts\n")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "agentr1"), "validate"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert len(out.stderr) < 5_000, len(out.stderr)
+    message = " ".join(out.stderr.split())
+    assert "expect_column_value_lengths_to_be_between(column=question" in message and "id='q2'" in message
+    assert "... [50,000,000 chars]" in message
+    report = tmp_path / "artifacts" / "validation" / "report"
+    summary = (report / "summary.json").read_text()
+    assert len(summary) < 20_000 and "[50,000,000 chars]" in summary
+    html = next((report / "validations" / "questions").rglob("*.html")).read_text()
+    assert len(html) < 1_000_000 and "[50,000,000 chars]" in html
+    assert sum(f.stat().st_size for f in report.rglob("*") if f.is_file()) < 10_000_000  # ~4.2 MB of GX assets
+
+
+def test_bounded_cuts_every_string_and_keeps_the_rest():
+    from components.validation.report import bounded
+
+    obj = {"a": ["x" * 500, ("y" * 10, 3)], "k" * 300: None, "n": 1.5}
+    out = bounded(obj)
+    assert out["a"][0] == "x" * 200 + "... [500 chars]" and out["a"][1] == ("y" * 10, 3) and out["n"] == 1.5
+    assert ("k" * 200 + "... [300 chars]") in out

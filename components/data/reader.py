@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from components.data.schema import DataError
+from components.data.schema import DataError, cut
 
 Row = tuple[str, dict[str, Any]]  # (where: "path: line 7" / "path: row 3", record)
 BOM = b"\xef\xbb\xbf"
@@ -109,7 +109,7 @@ def check_encodable(value: Any, where: str, path: str = "") -> None:
     if bad is not None:
         at, err = bad
         char = err.object[err.start]
-        raise DataError(f"{where}: field {at!r}: not encodable as UTF-8 (lone surrogate {char!r} at char {err.start})")
+        raise DataError(f"{where}: field {cut(at)!r}: not encodable as UTF-8 (lone surrogate {char!r} at char {err.start})")
 
 
 def _first_surrogate(value: Any, path: str) -> tuple[str, UnicodeEncodeError] | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from components.config import DatasetSpec
 from components.data.passages import PassageTable
 from components.data.reader import check_encodable, need
-from components.data.schema import DataError, Question
+from components.data.schema import DataError, Question, cut
 
 # A loader reads one dataset file into questions, adding its passages to the shared table.
 Loader = Callable[[DatasetSpec, Path, PassageTable], list[Question]]
@@ -40,7 +40,7 @@ class Questions:
             return
         qid = f"{self.spec.name}:{raw_id}"
         if qid in self._seen:
-            raise DataError(f"{where}: duplicate id {str(raw_id)!r} (first seen at {self._seen[qid]})")
+            raise DataError(f"{where}: duplicate id {cut(str(raw_id))!r} (first seen at {self._seen[qid]})")
         self._seen[qid] = where
         self.items.append(
             Question(qid, question.strip(), answers, self.spec.name, self.spec.split, supporting_ids or [], "wiki")
@@ -109,7 +109,7 @@ def add_titled_sentences(
             supporting.append(pid)
     missing = gold - titles
     if missing:
-        raise DataError(f"{where}: field 'supporting_facts': titles {sorted(missing)} not in the context")
+        raise DataError(f"{where}: field 'supporting_facts': titles {cut(str(sorted(missing)))} not in the context")
     return supporting
 
 
@@ -118,5 +118,4 @@ def _short(err: BaseException) -> str:
 
 
 def _show(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:80]}... ({len(text)} chars)"
+    return cut(repr(value), 80)

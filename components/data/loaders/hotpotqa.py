@@ -8,7 +8,7 @@ from components.config import DatasetSpec
 from components.data.loaders.base import Questions, add_paragraphs, add_titled_sentences
 from components.data.passages import PassageTable
 from components.data.reader import answers_of, need, read_jsonl, read_records
-from components.data.schema import DataError, Question
+from components.data.schema import DataError, Question, cut
 
 
 def load_hf(spec: DatasetSpec, path: Path, table: PassageTable) -> list[Question]:
@@ -41,7 +41,7 @@ def load_hf(spec: DatasetSpec, path: Path, table: PassageTable) -> list[Question
                 supporting.append(pid)
         missing = gold - set(titles)
         if missing:
-            raise DataError(f"{where}: field 'supporting_facts': titles {sorted(missing)} not in the context")
+            raise DataError(f"{where}: field 'supporting_facts': titles {cut(str(sorted(missing)))} not in the context")
         out.add(where, raw_id, question, answers, supporting)
     return out.items
 
