@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from components.verl_backend.config import VerlConfig
 
@@ -37,12 +37,17 @@ class ProjectConfig(Section):
 DatasetFormat = Literal[
     "hotpotqa_hf",  # Hugging Face layout: question, answer, supporting_facts, context
     "hotpotqa_ircot",  # IRCoT jsonl: question_id, question_text, answers_objects, contexts
+    "hotpotqa_original",  # original release: _id, question, answer, context [[title, [sentences]]], supporting_facts
     "musique",
-    "2wiki",
+    "2wiki",  # questions and answers only
+    "2wiki_context",  # 2Wiki with paragraphs: context/supporting_facts as lists or Python-literal strings
     "flashrag",  # id, question, golden_answers
     "kilt",  # KILT wiki pages: wikipedia_title, text[]
     "hf_hub",  # a Hugging Face `datasets` hub id (or local files through `datasets`)
 ]
+
+
+UnitFloat = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 class DatasetSpec(Section):
@@ -51,12 +56,24 @@ class DatasetSpec(Section):
     path: str = Field(description="file under data_dir, or a hub id for format hf_hub")
     split: Literal["train", "dev", "test"] = "dev"
     limit: int | None = Field(default=None, ge=1)
+    id_hash_range: tuple[UnitFloat, UnitFloat] | None = Field(
+        default=None,
+        description="keep only questions whose raw id hashes (sha256) into [lo, hi) of [0, 1): specs on one file "
+        "with disjoint ranges make splits disjoint by question id",
+    )
     min_chars: int = Field(default=40, ge=1, description="kilt only: shorter paragraphs are skipped")
     # hf_hub only: which columns hold the id, the question and the answers.
     hub_split: str = "train"
     id_field: str = "id"
     question_field: str = "question"
     answers_field: str = "golden_answers"
+
+    @field_validator("id_hash_range")
+    @classmethod
+    def _ordered(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is not None and not value[0] < value[1]:
+            raise ValueError(f"needs lo < hi, got {list(value)}")
+        return value
 
 
 class SyntheticConfig(Section):

@@ -69,6 +69,55 @@ CASES = {
 }  # fmt: skip
 
 
+def wiki2(i, **kw):
+    row = {"_id": f"w{i}", "question": "q?", "answer": "a",
+           "context": [["T", ["T is a thing.", "More."]], ["U", ["U too."]]], "supporting_facts": [["T", 0]]}  # fmt: skip
+    return {**row, **kw}
+
+
+def orig(i, **kw):
+    row = {"_id": f"h{i}", "question": "q?", "answer": "a",
+           "context": [["T", ["T is a thing."]], ["U", [" U too."]]], "supporting_facts": [["T", 0]]}  # fmt: skip
+    return {**row, **kw}
+
+
+def jlist(*rows) -> bytes:
+    return json.dumps(list(rows)).encode()
+
+
+LITERAL_CASES = {
+    "literal_unclosed": ("2wiki_context", "2w.json", jlist(wiki2(0), wiki2(1, context="[['a', ['x']]")),
+                         r"2w\.json: row 1: field 'context' is not a Python literal \(SyntaxError"),
+    "literal_code_refused": ("2wiki_context", "2w.json", jlist(wiki2(0, supporting_facts="__import__('os')")),
+                             r"2w\.json: row 0: field 'supporting_facts' is not a Python literal \(ValueError"),
+    "literal_call_in_list": ("2wiki_context", "2w.json", jlist(wiki2(0, context="[['a', [open('x')]]]")),
+                             r"2w\.json: row 0: field 'context' is not a Python literal \(ValueError"),
+    "literal_not_a_list": ("2wiki_context", "2w.json", jlist(wiki2(0, context="{'T': 1}")),
+                           r"2w\.json: row 0: field 'context' must hold a list, got dict"),
+    "literal_bad_shape": ("2wiki_context", "2w.json", jlist(wiki2(0, context="[['T', 'not sentences']]")),
+                          r"2w\.json: row 0: context\[0\] must be \[title, \[sentences\]\], got \['T', 'not sentences'\]"),
+    "2wiki_context_wrong_type": ("2wiki_context", "2w.jsonl", jl(wiki2(0), wiki2(1, context=5)),
+                                 r"2w\.jsonl: line 2: field 'context' must be list or str, got int"),
+    "2wiki_context_missing_field": ("2wiki_context", "2w.json", jlist({k: v for k, v in wiki2(0).items() if k != "supporting_facts"}),
+                                    r"2w\.json: row 0: missing field 'supporting_facts'"),
+    "2wiki_context_missing_id": ("2wiki_context", "2w.json", jlist({k: v for k, v in wiki2(0).items() if k != "_id"}),
+                                 r"2w\.json: row 0: missing field '_id'"),
+    "original_bad_fact": ("hotpotqa_original", "ho.json", jlist(orig(0), orig(1, supporting_facts=[["T", "0"]])),
+                          r"ho\.json: row 1: supporting_facts\[0\] must be \[title, sentence id\], got \['T', '0'\]"),
+    "original_bad_context": ("hotpotqa_original", "ho.json", jlist(orig(0, context=[["T", ["x"]], {"title": "U"}])),
+                             r"ho\.json: row 0: context\[1\] must be \[title, \[sentences\]\]"),
+    "original_fact_title_absent": ("hotpotqa_original", "ho.json", jlist(orig(0, supporting_facts=[["Z", 0]])),
+                                   r"ho\.json: row 0: field 'supporting_facts': titles \['Z'\] not in the context"),
+    "original_literal_string_refused": ("hotpotqa_original", "ho.json", jlist(orig(0, context="[['T', ['x']]]")),
+                                        r"ho\.json: row 0: field 'context' must be list, got str"),
+    "hf_jsonl_missing_field": ("hotpotqa_hf", "hp.jsonl", jl(hp(0), hp(1, question=1)),
+                               r"hp\.jsonl: line 2: missing field 'question'"),
+    "musique_jsonl_truncated": ("musique", "mu.jsonl", b'{"id": "b", "para\n',
+                                r"mu\.jsonl: line 1: invalid JSON \(truncated\?\)"),
+}  # fmt: skip
+CASES.update(LITERAL_CASES)
+
+
 def config(tmp_path, fmt, name):
     return parse_config({
         "project": {"data_dir": str(tmp_path / "data"), "artifacts_dir": str(tmp_path / "artifacts")},
@@ -114,3 +163,80 @@ def test_missing_file_names_the_param(tmp_path):
     (tmp_path / "data" / "good.jsonl").write_bytes(GOOD)
     with pytest.raises(DataError, match=r"nope\.jsonl: file not found \(data.datasets\[1\].path\)"):
         run(cfg, NullTracker())
+
+
+
+# Hostile input: each used to end `prepare` with a traceback and leave the old output in place.
+HOSTILE = {
+    "deep_nesting_jsonl": ("flashrag", "qa.jsonl", GOOD + b"[" * 100_000 + b"\n",
+                           r"qa\.jsonl: line 4: invalid JSON: nested too deeply"),
+    "deep_nesting_json_list": ("hotpotqa_original", "ho.json", b"[" + jlist(orig(0))[1:-1] + b",\n" + b"[" * 100_000,
+                               r"ho\.json: row 1 \(line 2\): invalid JSON: nested too deeply"),
+    "huge_int_id_jsonl": ("flashrag", "qa.jsonl", GOOD + b'{"id": ' + b"7" * 5000 + b', "question": "q?", "golden_answers": ["x"]}\n',
+                          r"qa\.jsonl: line 4: invalid JSON: number too long .*5000 digits"),
+    "huge_int_id_json_list": ("hotpotqa_original", "ho.json", b'[{"_id": ' + b"7" * 5000 + b"}]",
+                              r"ho\.json: row 0 \(line 1\): invalid JSON: number too long"),
+    "lone_surrogate_question": ("flashrag", "qa.jsonl", GOOD + jl(fr(4, question="caf\ud800?")),
+                                r"qa\.jsonl: line 4: field 'question': not encodable as UTF-8 \(lone surrogate '\\ud800' at char 3\)"),
+    "lone_surrogate_answer": ("flashrag", "qa.jsonl", jl(fr(1, answers=["ok", "x\udfff"])),
+                              r"qa\.jsonl: line 1: field 'golden_answers\[1\]': not encodable as UTF-8"),
+    "lone_surrogate_passage": ("hotpotqa_original", "ho.json", jlist(orig(0), orig(1, context=[["T", ["a", "b\udc00"]]])),
+                               r"ho\.json: row 1: field 'context\[0\]\[1\]\[1\]': not encodable as UTF-8"),
+    "lone_surrogate_in_literal": ("2wiki_context", "2w.json", jlist(wiki2(0, context="[['T', ['x\\ud800']]]")),
+                                  r"2w\.json: row 0: field 'context\[0\]\[1\]\[0\]': not encodable as UTF-8"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_input_is_a_data_error_and_removes_old_output(tmp_path, case):
+    fmt, name, content, pattern = HOSTILE[case]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "good.jsonl").write_bytes(GOOD)
+    (tmp_path / "data" / name).write_bytes(GOOD if fmt == "flashrag" else jlist(orig(0), wiki2(0) | {"_id": "h1"}))
+    cfg = config(tmp_path, fmt, name)
+    run(cfg, NullTracker())
+    assert (tmp_path / "artifacts/prepared/questions.parquet").exists()  # the old output
+    (tmp_path / "data" / name).write_bytes(content)
+    with pytest.raises(DataError) as err:
+        run(cfg, NullTracker())
+    message = str(err.value)
+    assert message.startswith(str(tmp_path / "data" / name)) and re.search(pattern, message), message
+    assert len(message) < 500
+    assert sorted(p.name for p in (tmp_path / "artifacts").iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["ho.json", "ho.jsonl"])
+def test_utf8_bom_is_accepted(tmp_path, name):
+    body = jlist(orig(0), orig(1)) if name.endswith(".json") else jl(orig(0), orig(1))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "good.jsonl").write_bytes(GOOD)
+    (tmp_path / "data" / name).write_bytes(b"\xef\xbb\xbf" + body)
+    assert run(config(tmp_path, "hotpotqa_original", name), NullTracker())["questions/bad/dev"] == 2
+
+
+def test_text_no_reader_checked_fails_at_write_without_output(tmp_path, monkeypatch):
+    """A loader (e.g. through `datasets`) that lets a lone surrogate through: a DataError, the old output removed."""
+    from components.data import prepare
+    from components.data.schema import Question
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "good.jsonl").write_bytes(GOOD)
+    (tmp_path / "data" / "qa.jsonl").write_bytes(GOOD)
+    cfg = config(tmp_path, "flashrag", "qa.jsonl")
+    run(cfg, NullTracker())
+    fake = {**prepare.LOADERS, "flashrag": lambda spec, path, table: [Question(f"{spec.name}:1", "x\ud800", ["a"], spec.name, "dev")]}
+    monkeypatch.setattr(prepare, "LOADERS", fake)  # a fault the shipped readers no longer produce
+    with pytest.raises(DataError, match=r"prepared: a loaded text is not encodable as UTF-8 \(surrogates not allowed: '\\ud800'\)"):
+        run(cfg, NullTracker())
+    assert sorted(p.name for p in (tmp_path / "artifacts").iterdir()) == []
+
+
+def test_huge_values_in_prepare_messages_are_cut(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "good.jsonl").write_bytes(GOOD)
+    big = "i" * 1_000_000
+    (tmp_path / "data" / "qa.jsonl").write_bytes(jl(fr(1) | {"id": big}, fr(2) | {"id": big}))
+    with pytest.raises(DataError) as err:
+        run(config(tmp_path, "flashrag", "qa.jsonl"), NullTracker())
+    assert "line 2: duplicate id 'iii" in str(err.value) and "... [1,000,000 chars]'" in str(err.value)
+    assert len(str(err.value)) < 600

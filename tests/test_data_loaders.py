@@ -102,3 +102,63 @@ def test_limit_and_cross_dataset_dedupe():
     # the HF layout repeats the same paragraphs (spacing aside): most supporting ids resolve to the IRCoT passages
     reused = [i for q in qs for i in q.supporting_ids if i.startswith("hotpotqa:")]
     assert len(reused) >= 15 and len(table) - n < 10 * 10 / 2
+
+
+def _titles(qs, ps):
+    by_id = {p.id: p for p in ps}
+    return [{by_id[i].title for i in q.supporting_ids} for q in qs]
+
+
+def test_hotpotqa_hf_jsonl_dev1025():
+    qs, ps = load("hotpotqa_dev1025", "hotpotqa_hf", "hotpotqa/hotpot_dev_distractor_1025_hf.jsonl")
+    check_common(qs, ps, "hotpotqa_dev1025")
+    assert len(qs) == 1025 and qs[0].id == "hotpotqa_dev1025:5a8595a85542992a431d1b48"
+    assert qs[0].question.startswith("Where was the music festival Billy McFarland") and qs[0].answers == ["Great Exuma"]
+    assert _titles(qs, ps)[0] == {"Billy McFarland (entrepreneur)", "Fyre Festival"}
+    raw = [json.loads(line) for line in (DATA / "hotpotqa/hotpot_dev_distractor_1025_hf.jsonl").open()]
+    assert [t for t in _titles(qs, ps)] == [set(r["supporting_facts"]["title"]) for r in raw]
+
+
+def test_hotpotqa_original_train_layout():
+    qs, ps = load("hotpotqa", "hotpotqa_original", "hotpotqa/hotpot_train_100_original.json", split="train")
+    check_common(qs, ps, "hotpotqa", "train")
+    assert len(qs) == 100 and qs[0].id == "hotpotqa:5a77ec115542992a6e59dff7"
+    assert qs[0].question == "If Gallu is a demon Lilu is what?" and qs[0].answers == ["a spirit"]
+    raw = json.loads((DATA / "hotpotqa/hotpot_train_100_original.json").read_text())
+    assert _titles(qs, ps) == [{t for t, _ in r["supporting_facts"]} for r in raw]
+    lilu = next(p for p in ps if p.title == "Lilu (mythology)")
+    assert lilu.text.startswith("A lilu or lilû is a masculine Akkadian word for a spirit, related to Alû, demon.")
+
+
+def test_2wiki_context_layout_and_id_split():
+    path = "2wikimultihopqa/train_500_with_context.json"
+    qs, ps = load("2wiki", "2wiki_context", path, split="train")
+    check_common(qs, ps, "2wiki", "train")
+    assert len(qs) == 500 and qs[0].id == "2wiki:93402dbc0bdb11eba7f7acde48001122" and qs[0].answers == ["October 5, 1987"]
+    assert _titles(qs, ps)[0] == {"Get Low (Dillon Francis and DJ Snake song)", "Dillon Francis"}
+    assert all(len(q.supporting_ids) >= 2 for q in qs)
+    theodred = next(p for p in ps if p.title == "Theodred II (Bishop of Elmham)")  # sentences joined with a space
+    assert theodred.text.startswith("Theodred II was a medieval Bishop of Elmham. The date of")
+    train, _ = load("2wiki", "2wiki_context", path, split="train", id_hash_range=(0.0, 0.8))
+    dev, _ = load("2wiki", "2wiki_context", path, split="dev", id_hash_range=(0.8, 1.0))
+    assert (len(train), len(dev)) == (396, 104)
+    assert {q.id for q in train} | {q.id for q in dev} == {q.id for q in qs}
+    assert not {q.id for q in train} & {q.id for q in dev}
+
+
+def test_2wiki_context_literal_strings_parse_like_lists(tmp_path):
+    rows = json.loads((DATA / "2wikimultihopqa/train_500_with_context.json").read_text())[:3]
+    as_strings = [{**r, "context": repr(r["context"]), "supporting_facts": repr(r["supporting_facts"])} for r in rows]
+    (tmp_path / "2w.json").write_text(json.dumps(as_strings))
+    spec = DatasetSpec(name="2wiki", format="2wiki_context", path="2w.json")
+    lists, strings = PassageTable(), PassageTable()
+    (tmp_path / "l.json").write_text(json.dumps(rows))
+    assert LOADERS["2wiki_context"](spec, tmp_path / "2w.json", strings) == LOADERS["2wiki_context"](spec, tmp_path / "l.json", lists)
+    assert strings.passages == lists.passages and len(lists) >= 25
+
+
+def test_musique_dev_jsonl():
+    qs, ps = load("musique", "musique", "musique/musique_ans_dev_192.jsonl")
+    check_common(qs, ps, "musique")
+    assert len(qs) == 192 and qs[0].id == "musique:2hop__574419_270105" and qs[0].answers[0] == "Stanley"
+    assert _titles(qs, ps)[0] == {"Mountrail County Courthouse", "Van Hook Township, Mountrail County, North Dakota"}

@@ -39,6 +39,9 @@ def test_prepare_default_params(tmp_path):
     qs, ps = read_questions(out / "questions.parquet"), read_passages(out / "passages.parquet")
     assert metrics["questions_total"] == len(qs) and metrics["passages_total"] == len(ps)
     assert metrics["questions/hotpotqa/dev"] == 300 and metrics["questions/nq/test"] == 1000
+    assert metrics["questions/hotpotqa/train"] == 100 and metrics["questions/hotpotqa_dev1025/dev"] == 1025
+    assert metrics["questions/musique/train"] == 100 and metrics["questions/musique/dev"] == 192
+    assert (metrics["questions/2wiki/train"], metrics["questions/2wiki/dev"]) == (396, 104)
     syn = cfg.data.synthetic
     assert metrics["questions/synthetic/train"] == syn.n_train and metrics["questions/synthetic_cf/dev"] == syn.n_dev
     assert metrics["passages/synthetic"] == metrics["passages/synthetic_cf"] == syn.n_entities * syn.n_relations
@@ -69,6 +72,24 @@ def test_duplicate_dataset_names_rejected(tmp_path):
     with pytest.raises(DataError, match=r"data.datasets\[1\].name: 'nq'"):
         run(cfg, NullTracker())
     assert not (tmp_path / "prepared").exists()
+
+
+def test_one_name_may_carry_several_splits_and_id_ranges_must_be_ordered(tmp_path):
+    from components.config import ConfigError
+    from components.validation.validate import ValidationFailed
+    from components.validation.validate import run as validate
+
+    path = "2wikimultihopqa/train_500_with_context.json"
+    specs = [{"name": "2w", "format": "2wiki_context", "path": path, "split": "train", "id_hash_range": [0.0, 0.9]},
+             {"name": "2w", "format": "2wiki_context", "path": path, "split": "dev", "id_hash_range": [0.8, 1.0]}]  # fmt: skip
+    cfg = parse_config({"project": {"artifacts_dir": str(tmp_path), "data_dir": str(ROOT / "data")},
+                        "data": {"datasets": specs, "synthetic": {"enabled": False}}})  # fmt: skip
+    metrics = run(cfg, NullTracker())
+    assert metrics["questions/2w/train"] + metrics["questions/2w/dev"] > 500  # [0.8, 0.9) is in both
+    with pytest.raises(ValidationFailed, match=r"train_eval_id_overlap='(dev|train):2w:"):
+        validate(cfg, NullTracker())
+    with pytest.raises(ConfigError, match=r"data.datasets.0.id_hash_range"):
+        parse_config({"data": {"datasets": [{**specs[0], "id_hash_range": [0.8, 0.2]}]}})
 
 
 def _rows():

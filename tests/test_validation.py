@@ -68,6 +68,7 @@ BROKEN = [
     ("long answer", lambda q, p: (_set(q, 3, "answers", ["x" * 41]), p), "answers", "expect_column_value_lengths_to_be_between", "answer", "question_id='s1'"),
     ("bad split", lambda q, p: (_set(q, 1, "split", "validation"), p), "questions", "expect_column_values_to_be_in_set", "split", "id='q2', split='validation'"),
     ("train/dev leak", lambda q, p: (_set(q, 1, "question", "who wrote  HAMLET"), p), "questions", "expect_column_values_to_be_null", "train_eval_overlap", "id='q1', train_eval_overlap='dev:q2'"),
+    ("train/dev id leak", lambda q, p: (_set(q, 1, "id", "toy_dev:q1"), p), "questions", "expect_column_values_to_be_null", "train_eval_id_overlap", "id='q1', train_eval_id_overlap='dev:toy_dev:q1'"),
     ("missing support", lambda q, p: (_set(q, 2, "supporting_ids", ["p3", "p404"]), p), "questions", "expect_column_values_to_be_null", "missing_supporting_ids", "id='q3', missing_supporting_ids='p404'"),
     ("support in other corpus", lambda q, p: (_set(q, 3, "supporting_ids", ["p1"]), p), "questions", "expect_column_values_to_be_null", "missing_supporting_ids", "id='s1', missing_supporting_ids='p1'"),
     ("duplicate passage", lambda q, p: (q, _set(p, 1, "id", "p1")), "passages", "expect_compound_columns_to_be_unique", ["corpus", "id"], "id='p1'"),
@@ -95,6 +96,16 @@ def test_leak_check_ignores_dev_test_overlap_and_normalises_text():
     assert validate_frames(q, clean_passages(), V).success
     q = _set(clean_questions(), 1, "question", "WHO wrote Hamlet")  # train vs dev after normalisation: leak
     assert not validate_frames(q, clean_passages(), V).success
+
+
+def test_id_leak_check_ignores_dev_test_and_compares_source_ids():
+    q = _set(_set(clean_questions(), 1, "id", "a:x"), 2, "id", "b:x")  # dev and test share a source id: allowed
+    assert validate_frames(q, clean_passages(), V).success
+    q = _set(_set(clean_questions(), 0, "id", "hotpotqa:5a7"), 1, "id", "hotpotqa_dev1025:5a7")  # train vs dev: leak
+    outcome = validate_frames(q, clean_passages(), V)
+    assert not outcome.success
+    failed = outcome.suites["questions"]["failed"]
+    assert [f["column"] for f in failed] == ["train_eval_id_overlap"]
 
 
 def test_answer_coverage_on_hand_built_case():
@@ -191,3 +202,40 @@ def test_cli_validate_exits_non_zero_with_readable_message(tmp_path):
     assert "expect_column_values_to_be_in_set(column=split" in message and "id='q2', split='validation'" in message
     assert (tmp_path / "artifacts" / "validation" / "report" / "index.html").exists()
     assert not (tmp_path / "artifacts" / "validation" / "summary.json").exists()
+
+
+def test_huge_value_is_cut_in_stderr_summary_and_data_docs(tmp_path):
+    """One 50 MB question: `agentr1 validate` fails naming it, but shows only its start and its length."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    huge = "why " * 12_500_000  # 50,000,000 chars
+    _prepared(tmp_path / "artifacts", _set(clean_questions(), 1, "question", huge), clean_passages())
+    (tmp_path / "params.yaml").write_text("project:\n  artifacts_dir: artifacts\n")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "agentr1"), "validate"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert len(out.stderr) < 5_000, len(out.stderr)
+    message = " ".join(out.stderr.split())
+    assert "expect_column_value_lengths_to_be_between(column=question" in message and "id='q2'" in message
+    assert "... [50,000,000 chars]" in message
+    report = tmp_path / "artifacts" / "validation" / "report"
+    summary = (report / "summary.json").read_text()
+    assert len(summary) < 20_000 and "[50,000,000 chars]" in summary
+    html = next((report / "validations" / "questions").rglob("*.html")).read_text()
+    assert len(html) < 1_000_000 and "[50,000,000 chars]" in html
+    assert sum(f.stat().st_size for f in report.rglob("*") if f.is_file()) < 10_000_000  # ~4.2 MB of GX assets
+
+
+def test_bounded_cuts_every_string_and_keeps_the_rest():
+    from components.validation.report import bounded
+
+    obj = {"a": ["x" * 500, ("y" * 10, 3)], "k" * 300: None, "n": 1.5}
+    out = bounded(obj)
+    assert out["a"][0] == "x" * 200 + "... [500 chars]" and out["a"][1] == ("y" * 10, 3) and out["n"] == 1.5
+    assert ("k" * 200 + "... [300 chars]") in out

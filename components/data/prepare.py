@@ -36,14 +36,16 @@ def prepared_dir(cfg: Config) -> Path:
 
 def load_all(data: DataConfig, data_root: Path) -> tuple[list[Question], list[Passage]]:
     """Every configured dataset, then the synthetic worlds; raises DataError on the first bad input."""
-    names = [s.name for s in data.datasets]
+    parts = [(s.name, s.split) for s in data.datasets]  # one dataset may have several splits, each from one spec
     table, questions = PassageTable(), []
     for i, spec in enumerate(data.datasets):
         key = f"data.datasets[{i}]"
         if spec.name in (FACTUAL, COUNTERFACTUAL):
             raise DataError(f"{key}.name: {spec.name!r} is reserved for the synthetic worlds")
-        if spec.name in names[:i]:
-            raise DataError(f"{key}.name: {spec.name!r} is already used by data.datasets[{names.index(spec.name)}]")
+        if parts[i] in parts[:i]:
+            raise DataError(
+                f"{key}.name: {spec.name!r} split {spec.split!r} is already used by data.datasets[{parts.index(parts[i])}]"
+            )
         path = data_root / spec.path
         if spec.format != "hf_hub" and not path.is_file():
             raise DataError(f"{path}: file not found ({key}.path)")
@@ -94,13 +96,17 @@ def run(cfg: Config, tracker) -> dict[str, float]:
     out = prepared_dir(cfg)
     try:
         questions, passages = load_all(cfg.data, cfg.data_root)
+        with atomic_path(out) as tmp:
+            tmp.mkdir()
+            write_questions(tmp / QUESTIONS_FILE, questions)
+            write_passages(tmp / PASSAGES_FILE, passages)
     except DataError:
         remove(out)
         raise
-    with atomic_path(out) as tmp:
-        tmp.mkdir()
-        write_questions(tmp / QUESTIONS_FILE, questions)
-        write_passages(tmp / PASSAGES_FILE, passages)
+    except UnicodeEncodeError as err:  # a text no reader checked (the readers name file and line): Parquet is UTF-8
+        remove(out)
+        bad = err.object[err.start : err.end]
+        raise DataError(f"{out}: a loaded text is not encodable as UTF-8 ({err.reason}: {bad!r})") from None
     tracker.log_input(out / QUESTIONS_FILE, context="prepare.questions")
     tracker.log_input(out / PASSAGES_FILE, context="prepare.passages")
     return counts(questions, passages)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from components.data.schema import DataError
+from components.data.schema import DataError, cut
 
 Row = tuple[str, dict[str, Any]]  # (where: "path: line 7" / "path: row 3", record)
+BOM = b"\xef\xbb\xbf"
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # JSON's only way to a lone surrogate
 
 
 def _decode(path: Path, raw: bytes, line_offset: int = 0) -> str:
@@ -23,9 +26,10 @@ def _decode(path: Path, raw: bytes, line_offset: int = 0) -> str:
 
 def _read_bytes(path: Path) -> bytes:
     try:
-        return path.read_bytes()
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
+    return raw[len(BOM) :] if raw.startswith(BOM) else raw  # utf-8-sig
 
 
 def _as_record(obj: Any, where: str) -> dict[str, Any]:
@@ -45,6 +49,10 @@ def read_jsonl(path: Path) -> Iterator[Row]:
             obj = json.loads(text)
         except json.JSONDecodeError as err:
             raise DataError(f"{where}: invalid JSON (truncated?): {err.msg} at column {err.colno}") from None
+        except (RecursionError, ValueError) as err:
+            raise DataError(f"{where}: invalid JSON: {_why(err)}") from None
+        if _SURROGATE_ESCAPE.search(text):
+            check_encodable(obj, where)
         yield where, _as_record(obj, where)
 
 
@@ -60,10 +68,15 @@ def read_json_list(path: Path) -> Iterator[Row]:
         return
     while True:
         where = f"{path}: row {idx}"
+        start = i
         try:
             obj, i = dec.raw_decode(text, i)
         except json.JSONDecodeError as err:
             raise DataError(f"{where} (line {err.lineno}): invalid JSON (truncated?): {err.msg}") from None
+        except (RecursionError, ValueError) as err:
+            raise DataError(f"{where} (line {text.count(chr(10), 0, start) + 1}): invalid JSON: {_why(err)}") from None
+        if _SURROGATE_ESCAPE.search(text, start, i):
+            check_encodable(obj, where)
         yield where, _as_record(obj, where)
         i = _skip_ws(text, i)
         sep = text[i : i + 1]
@@ -74,6 +87,50 @@ def read_json_list(path: Path) -> Iterator[Row]:
         if sep != ",":
             raise DataError(f"{where}: invalid JSON (truncated?): expected ',' or ']' after this row")
         i, idx = _skip_ws(text, i + 1), idx + 1
+
+
+def read_records(path: Path) -> Iterator[Row]:
+    """jsonl for a .jsonl file, else a JSON list."""
+    return read_jsonl(path) if path.suffix == ".jsonl" else read_json_list(path)
+
+
+def _why(err: RecursionError | ValueError) -> str:
+    if isinstance(err, RecursionError):
+        return "nested too deeply"
+    return f"number too long ({str(err).split(';')[0]})"  # int() refuses more than sys.get_int_max_str_digits()
+
+
+def check_encodable(value: Any, where: str, path: str = "") -> None:
+    """Every string in `value` (keys included) is valid UTF-8 text: no lone surrogates, which Parquet cannot store."""
+    try:
+        bad = _first_surrogate(value, path)
+    except RecursionError:
+        raise DataError(f"{where}: nested too deeply") from None
+    if bad is not None:
+        at, err = bad
+        char = err.object[err.start]
+        raise DataError(f"{where}: field {cut(at)!r}: not encodable as UTF-8 (lone surrogate {char!r} at char {err.start})")
+
+
+def _first_surrogate(value: Any, path: str) -> tuple[str, UnicodeEncodeError] | None:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            return path, err
+        return None
+    if isinstance(value, dict):
+        items = [(f"{path}.{k}" if path else str(k), k, v) for k, v in value.items()]
+        for at, k, v in items:
+            found = _first_surrogate(k, at) or _first_surrogate(v, at)
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for j, v in enumerate(value):
+            found = _first_surrogate(v, f"{path}[{j}]")
+            if found:
+                return found
+    return None
 
 
 def _skip_ws(text: str, i: int) -> int:

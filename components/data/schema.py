@@ -24,5 +24,13 @@ class Passage:
     corpus: str = "wiki"
 
 
+SHOWN_CHARS = 200  # the longest text of one value a message or report shows
+
+
+def cut(text: str, limit: int = SHOWN_CHARS) -> str:
+    """`text`, or its first `limit` chars and its full length: values in messages and reports stay small."""
+    return text if len(text) <= limit else f"{text[:limit]}... [{len(text):,} chars]"
+
+
 class DataError(ValueError):
     """Malformed input data; the message names the file and the row or key."""

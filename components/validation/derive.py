@@ -19,6 +19,7 @@ PASSAGE_COLUMNS = ("id", "title", "text", "corpus")
 
 MISSING_SUPPORT = "missing_supporting_ids"  # ", "-joined supporting ids absent from the question's corpus
 SPLIT_OVERLAP = "train_eval_overlap"  # "<other split>:<other id>" when the normalised question is in train and eval
+ID_OVERLAP = "train_eval_id_overlap"  # "<other split>:<other id>" when the source id is in train and eval
 N_ANSWERS = "n_answers"
 
 
@@ -39,6 +40,7 @@ def questions_frame(questions: pd.DataFrame, passages: pd.DataFrame, eval_splits
     q[N_ANSWERS] = q["answers"].map(len)
     q[MISSING_SUPPORT] = missing_supporting_ids(q, passages)
     q[SPLIT_OVERLAP] = split_overlap(q, eval_splits)
+    q[ID_OVERLAP] = id_overlap(q, eval_splits)
     return q
 
 
@@ -59,14 +61,23 @@ def missing_supporting_ids(q: pd.DataFrame, passages: pd.DataFrame) -> pd.Series
 
 def split_overlap(q: pd.DataFrame, eval_splits: Sequence[str]) -> pd.Series:
     """For a train row whose normalised question is also in an eval split (or the reverse): 'split:id' of the twin."""
-    norm = normalise(q["question"])
+    return _cross_split(normalise(q["question"]), q, eval_splits)
+
+
+def id_overlap(q: pd.DataFrame, eval_splits: Sequence[str]) -> pd.Series:
+    """Same, on the source id: the question id without its '<dataset>:' prefix, so two dataset names (or two
+    specs carving one file) cannot hold one question in train and in eval."""
+    return _cross_split(q["id"].astype(str).str.split(":", n=1).str[-1], q, eval_splits)
+
+
+def _cross_split(key: pd.Series, q: pd.DataFrame, eval_splits: Sequence[str]) -> pd.Series:
     is_train = q["split"] == "train"
     is_eval = q["split"].isin(list(eval_splits))
-    first_train = _first_by_text(norm[is_train], q.loc[is_train])
-    first_eval = _first_by_text(norm[is_eval], q.loc[is_eval])
+    first_train = _first_by_text(key[is_train], q.loc[is_train])
+    first_eval = _first_by_text(key[is_eval], q.loc[is_eval])
     out = pd.Series(None, index=q.index, dtype=object)
-    out[is_train] = norm[is_train].map(first_eval)
-    out[is_eval] = norm[is_eval].map(first_train)
+    out[is_train] = key[is_train].map(first_eval)
+    out[is_eval] = key[is_eval].map(first_train)
     return out.where(out.notna(), None)
 
 

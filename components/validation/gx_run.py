@@ -1,4 +1,7 @@
-"""Run the suites with Great Expectations 1.x in an ephemeral context, and build its HTML data docs."""
+"""Run the suites with Great Expectations 1.x in an ephemeral context, and build its HTML data docs.
+
+Values in the results (and so in the docs, the summary and the failure message) are cut to a bounded length.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from components.validation.report import bound_results
 from components.validation.suites import SuiteSpec
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
@@ -49,7 +53,7 @@ def run_suites(
         batch = source.add_dataframe_asset(spec.name).add_batch_definition_whole_dataframe("all")
         suite = context.suites.add(spec.suite())
         definition = context.validation_definitions.add(gx.ValidationDefinition(name=spec.name, data=batch, suite=suite))
-        results[spec.name] = definition.run(
+        result = definition.run(
             batch_parameters={"dataframe": frames[spec.name]},
             result_format={
                 "result_format": "SUMMARY",
@@ -57,6 +61,10 @@ def run_suites(
                 "partial_unexpected_count": n_examples,
             },
         )
+        results[spec.name] = bound_results(result)
     if docs_dir is not None:
+        store = context.validation_results_store  # holds what run() stored: replace it by the cut results
+        for key in store.list_keys():
+            store.set(key, results[key.expectation_suite_identifier.name])
         context.build_data_docs(site_names=["report"])
     return results

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from components.data.schema import DataError
+from components.data.schema import DataError, cut
 
 
 class ValidationFailed(DataError):
@@ -15,6 +15,25 @@ class ValidationFailed(DataError):
 def _plain(obj: Any) -> Any:
     """JSON-safe copy (numpy scalars become Python numbers)."""
     return json.loads(json.dumps(obj, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+
+
+def bounded(obj: Any) -> Any:
+    """A copy of `obj` with every string cut (schema.cut): what GX shows of a 50 MB value is its start and length."""
+    if isinstance(obj, str):
+        return cut(obj)
+    if isinstance(obj, dict):
+        return {bounded(k) if isinstance(k, str) else k: bounded(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(bounded(v) for v in obj)
+    return obj
+
+
+def bound_results(result: Any) -> Any:
+    """Cut the values inside a GX suite result in place (example rows, observed values, error texts)."""
+    for r in result.results:
+        r.result = bounded(r.result or {})
+        r.exception_info = bounded(r.exception_info or {})
+    return result
 
 
 def _error(exception_info: dict | None) -> str | None:

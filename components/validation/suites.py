@@ -12,7 +12,7 @@ import great_expectations as gx
 import great_expectations.expectations as gxe
 
 from components.config import ValidationConfig
-from components.validation.derive import MISSING_SUPPORT, N_ANSWERS, SPLIT_OVERLAP
+from components.validation.derive import ID_OVERLAP, MISSING_SUPPORT, N_ANSWERS, SPLIT_OVERLAP
 
 BLANK = r"^\s*$"
 
@@ -52,6 +52,11 @@ def questions_suite(v: ValidationConfig) -> SuiteSpec:
             gxe.ExpectColumnValuesToBeNull(
                 column=SPLIT_OVERLAP,
                 notes=f"No normalised question text is in both train and {'/'.join(v.eval_splits)}; "
+                "the value names the other split and the id of its twin.",
+            ),
+            gxe.ExpectColumnValuesToBeNull(
+                column=ID_OVERLAP,
+                notes=f"No source question id (the id after '<dataset>:') is in both train and {'/'.join(v.eval_splits)}; "
                 "the value names the other split and the id of its twin.",
             ),
         ],

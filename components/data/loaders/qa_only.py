@@ -1,4 +1,4 @@
-"""Question-answer files without passages: 2WikiMultihopQA (idx/_id, question, answer) and FlashRAG jsonl
+"""2WikiMultihopQA (idx/_id, question, answer; with or without paragraphs) and FlashRAG jsonl
 (id, question, golden_answers)."""
 
 from __future__ import annotations
@@ -6,19 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from components.config import DatasetSpec
-from components.data.loaders.base import Questions
+from components.data.loaders.base import Questions, add_titled_sentences, literal
 from components.data.passages import PassageTable
-from components.data.reader import answers_of, need, read_json_list, read_jsonl
+from components.data.reader import answers_of, need, read_records
 from components.data.schema import DataError, Question
-
-
-def _rows(path: Path):
-    return read_jsonl(path) if path.suffix == ".jsonl" else read_json_list(path)
 
 
 def load_2wiki(spec: DatasetSpec, path: Path, table: PassageTable) -> list[Question]:
     out = Questions(spec)
-    for where, row in _rows(path):
+    for where, row in read_records(path):
         if out.full():
             break
         key = next((k for k in ("_id", "idx", "id") if k in row), None)
@@ -30,9 +26,30 @@ def load_2wiki(spec: DatasetSpec, path: Path, table: PassageTable) -> list[Quest
     return out.items
 
 
+def load_2wiki_context(spec: DatasetSpec, path: Path, table: PassageTable) -> list[Question]:
+    """_id, question, answer, context [[title, [sentences]]], supporting_facts [[title, sent_id]].
+
+    context and supporting_facts are lists, or Python-literal strings of lists (some 2Wiki releases) that are
+    parsed with ast.literal_eval, never evaluated. The other literal fields (evidences, ...) are not read.
+    """
+    out = Questions(spec)
+    for where, row in read_records(path):
+        if out.full():
+            break
+        raw_id = need(row, "_id", where, (str, int))
+        if not out.wants(raw_id):
+            continue
+        question = need(row, "question", where)
+        answers = answers_of(need(row, "answer", where, (str, list)), "answer", where)
+        context, facts = literal(row, "context", where), literal(row, "supporting_facts", where)
+        supporting = add_titled_sentences(table, spec, context, facts, where, sep=" ")
+        out.add(where, raw_id, question, answers, supporting)
+    return out.items
+
+
 def load_flashrag(spec: DatasetSpec, path: Path, table: PassageTable) -> list[Question]:
     out = Questions(spec)
-    for where, row in _rows(path):
+    for where, row in read_records(path):
         if out.full():
             break
         raw_id = need(row, "id", where, (str, int))
