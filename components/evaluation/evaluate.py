@@ -59,7 +59,8 @@ def run(cfg: Config, tracker) -> dict[str, float]:
                 models[which] = load_model(dirs[which], cfg)
             model, tokenizer = models[which]
             for name, qs in sets.items():
-                results = evaluate_agent(model, tokenizer, qs, backend, cfg.agent, top_k=cfg.retrieval.top_k, mode=mode)
+                results = evaluate_agent(model, tokenizer, qs, backend, cfg.agent, top_k=cfg.retrieval.top_k, mode=mode,
+                                         batch_tokens=cfg.evaluate.batch_tokens, desc=f"{system} {name}")  # fmt: skip
                 summary = summarize(results)
                 put(report, system, name, summary)
                 rows.append({"system": system, "set": name, **summary, "n": len(results)})

@@ -211,7 +211,8 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         out = {}
         for name, qs in self.eval_sets.items():
-            res = evaluate_agent(self.policy, self.tok, qs, self.backend, self.cfg.agent, self.cfg.retrieval.top_k)
+            res = evaluate_agent(self.policy, self.tok, qs, self.backend, self.cfg.agent, self.cfg.retrieval.top_k,
+                                 batch_tokens=self.cfg.evaluate.batch_tokens, desc=f"eval {name}")  # fmt: skip
             out.update(summarize(res, prefix=f"{name}/"))
         return out
 
