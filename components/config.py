@@ -300,9 +300,13 @@ class EvaluateConfig(Section):
             EvalSetSpec(dataset="hotpotqa", split="dev", limit=100),
         ]
     )
-    baselines: list[Literal["direct", "naive_rag", "base_agent"]] = Field(
+    baselines: list[Literal["direct", "naive_rag", "base_agent", "pretrained_agent"]] = Field(
         default_factory=lambda: ["direct", "naive_rag", "base_agent"]
     )
+    batch_tokens: int = Field(
+        default=131072, ge=1,
+        description="rows x longest possible row length per generation batch: bounds evaluation memory",
+    )  # fmt: skip
 
 
 class RegisterConfig(Section):

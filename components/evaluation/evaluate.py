@@ -21,16 +21,17 @@ from components.data.prepare import prepared_dir, read_questions
 from components.data.schema import Question
 from components.evaluation.report import flatten, put
 from components.io import write_json, write_text
-from components.model.loading import base_dir, load_model, trained_dir
+from components.model.loading import autocast, base_dir, load_model, pretrained_dir, trained_dir
 from components.retrieval.factory import make_backend
 from components.rollout.evaluate import AgentResult, evaluate_agent, summarize
 
 # system -> (which model, rollout mode)
 SYSTEMS = {
     "agent": ("trained", "agent"),
-    "base_agent": ("base", "agent"),
-    "direct": ("base", "direct"),
-    "naive_rag": ("base", "naive_rag"),
+    "base_agent": ("base", "agent"),  # tools, no RL (after the format warm-up, if any)
+    "pretrained_agent": ("pretrained", "agent"),  # tools, before the format warm-up
+    "direct": ("pretrained", "direct"),
+    "naive_rag": ("pretrained", "naive_rag"),
 }
 N_TRAJECTORIES = 20  # readable samples logged per system and set
 
@@ -46,7 +47,7 @@ def run(cfg: Config, tracker) -> dict[str, float]:
     questions = read_questions(prepared_dir(cfg) / "questions.parquet")
     sets = {f"{s.dataset}/{s.split}": select(questions, s) for s in cfg.evaluate.sets}
     systems = ["agent", *cfg.evaluate.baselines]
-    dirs = {"trained": trained_dir(cfg), "base": base_dir(cfg)}
+    dirs = {"trained": trained_dir(cfg), "base": base_dir(cfg), "pretrained": pretrained_dir(cfg)}
     backend = make_backend(cfg)
     models = {}
     report: dict = {}
@@ -59,7 +60,9 @@ def run(cfg: Config, tracker) -> dict[str, float]:
                 models[which] = load_model(dirs[which], cfg)
             model, tokenizer = models[which]
             for name, qs in sets.items():
-                results = evaluate_agent(model, tokenizer, qs, backend, cfg.agent, top_k=cfg.retrieval.top_k, mode=mode)
+                with autocast(cfg, model.device):
+                    results = evaluate_agent(model, tokenizer, qs, backend, cfg.agent, top_k=cfg.retrieval.top_k,
+                                             mode=mode, batch_tokens=cfg.evaluate.batch_tokens, desc=f"{system} {name}")  # fmt: skip
                 summary = summarize(results)
                 put(report, system, name, summary)
                 rows.append({"system": system, "set": name, **summary, "n": len(results)})

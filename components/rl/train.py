@@ -224,7 +224,8 @@ class Trainer:
         out = {}
         for name, qs in self.eval_sets.items():
             with self.amp():
-                res = evaluate_agent(self.policy, self.tok, qs, self.backend, self.cfg.agent, self.cfg.retrieval.top_k)
+                res = evaluate_agent(self.policy, self.tok, qs, self.backend, self.cfg.agent, self.cfg.retrieval.top_k,
+                                     batch_tokens=self.cfg.evaluate.batch_tokens, desc=f"eval {name}")  # fmt: skip
             out.update(summarize(res, prefix=f"{name}/"))
         return out
 

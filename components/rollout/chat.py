@@ -8,23 +8,39 @@ from components.agent.prompts import SYSTEM_PROMPT, assistant_turn_suffix, initi
 
 
 class ChatFormat:
-    """Wraps a HF tokenizer: prompt ids, the ids inserted after a model turn, and decoding of a turn."""
+    """Wraps a HF tokenizer: prompt ids, the ids inserted after a model turn, and decoding of a turn.
+
+    A turn ends on any of `stop_ids`: the end-of-turn token the template writes after an assistant message
+    (`eos_id`), the tokenizer's eos, and the generation config's eos ids. They differ when a converted
+    tokenizer's eos is wrong (a GGUF's reports <|im_start|> where the model ends turns with <|im_end|>).
+    """
 
     @classmethod
-    def for_agent(cls, tokenizer, agent) -> ChatFormat:
-        return cls(tokenizer, SYSTEM_PROMPT if agent.system_prompt else None)
+    def for_agent(cls, tokenizer, agent, generation_config=None) -> ChatFormat:
+        return cls(tokenizer, SYSTEM_PROMPT if agent.system_prompt else None, generation_config)
 
-    def __init__(self, tokenizer, system_prompt: str | None = SYSTEM_PROMPT):
+    def __init__(self, tokenizer, system_prompt: str | None = SYSTEM_PROMPT, generation_config=None):
         self.tok = tokenizer
         self.system_prompt = system_prompt
-        self.eos_id: int = tokenizer.eos_token_id
-        self.pad_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
         suffix = assistant_turn_suffix(tokenizer)
-        eos_text = tokenizer.eos_token
-        # What the environment adds after a turn that ended with the stop token, and after one cut at max tokens.
+        end_of_turn = self._first_special(suffix)
+        self.eos_id: int = end_of_turn if end_of_turn is not None else tokenizer.eos_token_id
+        self.stop_ids: frozenset[int] = frozenset(
+            i for i in (self.eos_id, tokenizer.eos_token_id, *_ids(getattr(generation_config, "eos_token_id", None)))
+            if i is not None
+        )  # fmt: skip
+        self.stop_texts: tuple[str, ...] = tuple(tokenizer.convert_ids_to_tokens(sorted(self.stop_ids)))
+        self.pad_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+        eos_text = tokenizer.convert_ids_to_tokens(self.eos_id)
+        # What the environment adds after a turn that ended with the end-of-turn token, and after any other
+        # end (cut at max tokens, or another stop id the template does not write).
         self.after_eos = suffix[len(eos_text) :] if suffix.startswith(eos_text) else suffix
         self.after_cut = suffix
         self.tool_close_id = self._single_id("</tool_call>")
+
+    def _first_special(self, text: str) -> int | None:
+        special = {i for i, t in self.tok.added_tokens_decoder.items() if t.special} | set(self.tok.all_special_ids)
+        return next((i for i in self.encode(text) if i in special), None)
 
     def _single_id(self, text: str) -> int | None:
         ids = self.encode(text)
@@ -35,6 +51,10 @@ class ChatFormat:
 
     def prompt_ids(self, question: str) -> list[int]:
         return self.encode(render_prompt(self.tok, initial_messages(question, self.system_prompt)))
+
+    def ended_with_eos(self, turn: list[int]) -> bool:
+        """The turn ended with the template's end-of-turn token (the rest of the suffix follows it)."""
+        return bool(turn) and turn[-1] == self.eos_id
 
     @lru_cache(maxsize=4096)  # noqa: B019 - observations repeat across a group
     def insert_ids(self, observation: str, ended_with_eos: bool) -> tuple[int, ...]:
@@ -52,6 +72,12 @@ class ChatFormat:
         return None if max_tokens is None else lambda text: self.cut(text, max_tokens)
 
     def decode_turn(self, ids: list[int]) -> str:
-        if ids and ids[-1] == self.eos_id:
+        if ids and ids[-1] in self.stop_ids:
             ids = ids[:-1]
         return self.tok.decode(ids, skip_special_tokens=False)
+
+
+def _ids(value) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    return tuple(value) if isinstance(value, (list, tuple)) else (int(value),)

@@ -9,7 +9,7 @@ lengths are handled with holes in the attention mask and explicit position ids.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +20,8 @@ from components.config import AgentConfig
 from components.data.schema import Question
 from components.rollout.chat import ChatFormat
 from components.rollout.trajectory import Trajectory
+
+PREFILL_CHUNK = 512  # columns of a prefill per forward: bounds attention scores (rows x chunk x cache width)
 
 
 @dataclass
@@ -42,15 +44,20 @@ class RolloutStats:
 class _Batch:
     """The active rows' shared state: KV cache, attention mask over the cache, next position per row."""
 
-    def __init__(self, model, device):
-        self.model, self.device = model, device
+    def __init__(self, model, device, prefill_chunk: int = PREFILL_CHUNK):
+        self.model, self.device, self.prefill_chunk = model, device, prefill_chunk
+        self.body, self.head = model.get_decoder(), model.get_output_embeddings()
         self.cache = DynamicCache()
         self.attn = torch.zeros(0, 0, dtype=torch.long, device=device)
         self.next_pos = torch.zeros(0, dtype=torch.long, device=device)
         self.calls = 0
 
     def feed(self, chunks: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
-        """Append a right-padded chunk per row; returns the logits after each row's last real token."""
+        """Append a right-padded chunk per row; returns the logits after each row's last real token.
+
+        The chunk goes through the decoder body `prefill_chunk` columns at a time and the output head runs on
+        each row's last real position only: full logits (rows x length x vocab) would dwarf the KV cache.
+        """
         n = max(len(c) for c in chunks)
         ids = torch.full((len(chunks), n), pad_id, dtype=torch.long)
         mask = torch.zeros(len(chunks), n, dtype=torch.long)
@@ -62,15 +69,23 @@ class _Batch:
             self.attn = torch.zeros(len(chunks), 0, dtype=torch.long, device=self.device)
             self.next_pos = torch.zeros(len(chunks), dtype=torch.long, device=self.device)
         positions = self.next_pos[:, None] + (mask.cumsum(-1) - 1).clamp(min=0)
-        self.attn = torch.cat([self.attn, mask], dim=1)
-        out = self.model(
-            input_ids=ids, attention_mask=self.attn, position_ids=positions, past_key_values=self.cache, use_cache=True
-        )
-        self.calls += 1
         lengths = mask.sum(-1)
-        self.next_pos = self.next_pos + lengths
         last = (lengths - 1).clamp(min=0)
-        return out.logits[torch.arange(len(chunks), device=self.device), last].float()
+        hidden = None
+        for a in range(0, n, self.prefill_chunk):
+            b = min(n, a + self.prefill_chunk)
+            self.attn = torch.cat([self.attn, mask[:, a:b]], dim=1)
+            out = self.body(input_ids=ids[:, a:b], attention_mask=self.attn, position_ids=positions[:, a:b],
+                            past_key_values=self.cache, use_cache=True)  # fmt: skip
+            self.calls += 1
+            h = out.last_hidden_state
+            here = (last >= a) & (last < b)
+            if hidden is None:
+                hidden = h.new_zeros(len(chunks), h.shape[-1])
+            rows = torch.nonzero(here).squeeze(-1)
+            hidden[rows] = h[rows, last[rows] - a]
+        self.next_pos = self.next_pos + lengths
+        return self.head(hidden).float()
 
     def keep(self, rows: list[int]) -> None:
         idx = torch.tensor(rows, dtype=torch.long, device=self.device)
@@ -101,12 +116,15 @@ def rollout(
     stats: RolloutStats | None = None,
     prompts: Sequence[list[int]] | None = None,
     prefill: str = "",
+    progress: Callable[[int, int], None] | None = None,
+    prefill_chunk: int = PREFILL_CHUNK,
 ) -> list[Trajectory]:
     """Run one episode per question (repeat questions for a group) and return their trajectories.
 
     `prompts` replaces the rendered prompt ids (e.g. naive RAG's prompt with an observation already in it);
     `prefill` is text the environment writes at the start of every model turn (e.g. "<answer>" for the
-    direct-answer baseline): it has mask 0 and is parsed as part of the turn.
+    direct-answer baseline): it has mask 0 and is parsed as part of the turn. `progress(new_tokens,
+    finished_episodes)` is called after every decode step and every turn.
     """
     t0 = time.perf_counter()
     stats = stats if stats is not None else RolloutStats()
@@ -123,7 +141,7 @@ def rollout(
         t.add(prefill_ids, is_action=False)
         trajs.append(t)
     active = list(range(len(trajs)))
-    batch = _Batch(model, device)
+    batch = _Batch(model, device, prefill_chunk)
     logits = batch.feed([trajs[i].input_ids for i in active], chat.pad_id)
     unfed: dict[int, list[int]] = {}
 
@@ -142,9 +160,11 @@ def rollout(
                 if live[r]:
                     gen[i].append(int(tok[r]))
                     gen_lp[i].append(float(lp[r]))
-                    if tok[r] == chat.eos_id or len(gen[i]) >= budget[r]:
+                    if int(tok[r]) in chat.stop_ids or len(gen[i]) >= budget[r]:
                         live[r] = False
             stats.generated_tokens += int(sampled.sum())
+            if progress is not None:
+                progress(int(sampled.sum()), 0)
             if not live.any() or step == cfg.max_tokens_per_turn - 1:
                 for r, i in enumerate(active):  # the last sampled token is fed with the next insertion
                     if sampled[r]:
@@ -167,7 +187,7 @@ def rollout(
             t.turn_spans.append((start, len(t.input_ids)))
             if res.reward:
                 t.rewards[_closing_index(t, start, chat.tool_close_id)] += res.reward
-            ended_with_eos = bool(gen[i]) and gen[i][-1] == chat.eos_id
+            ended_with_eos = chat.ended_with_eos(gen[i])
             if not res.done:
                 insert = chat.insert_ids(res.observation, ended_with_eos) + tuple(prefill_ids)
                 if len(t.input_ids) + len(insert) + 1 > cfg.max_total_tokens:
@@ -179,6 +199,8 @@ def rollout(
                     continue
             unfed.pop(i, None)
             t.rewards[t.last_action_index()] += t.episode.outcome
+        if progress is not None:
+            progress(0, len(active) - len(keep))
         active = [active[r] for r in keep]
         if active:
             batch.keep(keep)

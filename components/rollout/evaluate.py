@@ -2,7 +2,8 @@
 
 Modes: "agent" (multi-turn with tools; use the base model for "tools, no RL"), "direct" (no retrieval: the
 answer tag is prefilled), "naive_rag" (one search with the question as the query, shown as an observation,
-then the answer tag is prefilled).
+then the answer tag is prefilled). Baselines are scored on plain generation (components.rollout.answers),
+the agent on its strict answer tag.
 """
 
 from __future__ import annotations
@@ -12,18 +13,23 @@ from dataclasses import dataclass
 from typing import Literal
 
 from components.agent.env import ToolEnv
-from components.agent.observation import format_hits
 from components.agent.parser import ANSWER_OPEN
+from components.agent.rewards import exact_match, f1
 from components.agent.tools import SearchTool
 from components.config import AgentConfig
 from components.data.schema import Question
 from components.model.priming import call_text
 from components.retrieval.base import SearchBackend
 from components.rollout.chat import ChatFormat
+from components.rollout.answers import plain_answer
 from components.rollout.engine import RolloutStats, rollout
+from components.rollout.progress import GenerationProgress
 from components.rollout.trajectory import Trajectory
 
 Mode = Literal["agent", "direct", "naive_rag"]
+
+
+BATCH_TOKENS = 131072  # default token budget of one evaluation batch (see token_batches)
 
 
 @dataclass(frozen=True)
@@ -32,12 +38,16 @@ class AgentResult:
     dataset: str
     question: str
     answers: list[str]
-    prediction: str | None
+    prediction: str | None  # scored: the strict parse for the agent, plain generation for a baseline
     turns: int
     searches: int
     em: float
     f1: float
     transcript: str
+    strict_prediction: str | None = None  # the strict <answer>...</answer> parse (the agent's reward)
+    em_strict: float = 0.0
+    f1_strict: float = 0.0
+    plain: bool = False  # scored as plain generation (direct, naive RAG)
 
 
 def make_env(backend: SearchBackend, questions: Sequence[Question], agent: AgentConfig, top_k: int,
@@ -67,39 +77,87 @@ def evaluate_agent(
     agent: AgentConfig,
     top_k: int = 3,
     mode: Mode = "agent",
-    batch_size: int = 256,
+    batch_tokens: int = BATCH_TOKENS,
     stats: RolloutStats | None = None,
+    desc: str | None = None,
 ) -> list[AgentResult]:
-    chat = ChatFormat.for_agent(tokenizer, agent)
+    """Greedy episodes in batches of at most `batch_tokens` (rows x their longest possible length)."""
+    chat = ChatFormat.for_agent(tokenizer, agent, getattr(model, "generation_config", None))
     if mode != "agent":
         agent = agent.model_copy(update={"max_turns": 1})
+    questions = list(questions)
     env = make_env(backend, questions, agent, top_k, chat)
-    out: list[AgentResult] = []
-    for start in range(0, len(questions), batch_size):
-        qs = list(questions[start : start + batch_size])
-        prompts = None
-        if mode == "naive_rag":
-            prompts = _naive_rag_prompts(qs, chat, backend, top_k, chat.cutter(agent.passage_max_tokens))
-        trajs = rollout(model, chat, env, qs, agent, temperature=0.0, stats=stats, prompts=prompts,
-                        prefill=ANSWER_OPEN if mode != "agent" else "")  # fmt: skip
-        for t in trajs:
-            ep = t.episode
-            out.append(AgentResult(ep.question.id, ep.question.dataset, ep.question.question, list(ep.question.answers),
-                                   ep.answer, ep.turns, ep.n_valid_calls, ep.em, ep.f1, transcript(t, chat)))  # fmt: skip
-    return out
+    prefill = ANSWER_OPEN if mode != "agent" else ""
+    if mode == "naive_rag":
+        prompts = _naive_rag_prompts(questions, chat, env)
+    else:
+        prompts = [chat.prompt_ids(q.question) for q in questions]
+    extra = len(chat.encode(prefill)) if prefill else 0
+    bounds = [row_bound(len(p) + extra, agent) for p in prompts]
+    out: list[AgentResult | None] = [None] * len(questions)
+    with GenerationProgress(len(questions), desc or mode) as bar:
+        for idx in token_batches(bounds, batch_tokens):
+            trajs = rollout(model, chat, env, [questions[i] for i in idx], agent, temperature=0.0, stats=stats,
+                            prompts=[prompts[i] for i in idx], prefill=prefill, progress=bar)  # fmt: skip
+            for i, t in zip(idx, trajs):
+                out[i] = _result(t, chat, plain=mode != "agent")
+    return out  # type: ignore[return-value]
 
 
-def _naive_rag_prompts(qs: list[Question], chat: ChatFormat, backend: SearchBackend, top_k: int,
-                       cut=None) -> list[list[int]]:  # fmt: skip
-    prompts = []
+def row_bound(prompt_len: int, agent: AgentConfig) -> int:
+    """The most tokens a row can hold: its prompt plus one turn for a single-turn mode, else max_total_tokens.
+
+    (Padding holes between rows' insertions can widen a multi-turn batch's cache beyond this.)
+    """
+    if agent.max_turns == 1:
+        return min(prompt_len + agent.max_tokens_per_turn, max(prompt_len, agent.max_total_tokens))
+    return max(prompt_len, agent.max_total_tokens)
+
+
+def token_batches(bounds: Sequence[int], budget: int) -> list[list[int]]:
+    """Row indices in batches whose rows x longest bound stay within `budget` (one row at least).
+
+    Everything in one batch keeps the given order; otherwise rows are packed shortest first.
+    """
+    if not bounds:
+        return []
+    if len(bounds) * max(bounds) <= budget:
+        return [list(range(len(bounds)))]
+    batches: list[list[int]] = [[]]
+    for i in sorted(range(len(bounds)), key=lambda i: bounds[i]):
+        if batches[-1] and (len(batches[-1]) + 1) * bounds[i] > budget:
+            batches.append([])
+        batches[-1].append(i)
+    return batches
+
+
+def _result(t: Trajectory, chat: ChatFormat, plain: bool) -> AgentResult:
+    ep = t.episode
+    gold = list(ep.question.answers)
+    strict = ep.answer
+    prediction = strict
+    if plain:
+        turns = [text for role, text in ep.log if role == "assistant"]
+        prediction = plain_answer(turns[-1], chat.stop_texts) if turns else None
+    text = transcript(t, chat)
+    if plain:
+        text += f"\n    plain: {prediction!r}  EM={exact_match(prediction, gold):.0f} F1={f1(prediction, gold):.2f}"
+    return AgentResult(ep.question.id, ep.question.dataset, ep.question.question, gold, prediction, ep.turns,
+                       ep.n_valid_calls, exact_match(prediction, gold), f1(prediction, gold), text, strict, ep.em,
+                       ep.f1, plain)  # fmt: skip
+
+
+def _naive_rag_prompts(qs: list[Question], chat: ChatFormat, env: ToolEnv) -> list[list[int]]:
+    """One search per question, the question as the query, through the agent's own search tool (so the
+    observation reads exactly as an agent's search would), shown as a completed first call."""
     by_corpus: dict[str, list[int]] = {}
     for i, q in enumerate(qs):
         by_corpus.setdefault(q.corpus, []).append(i)
     observations: dict[int, str] = {}
     for corpus, idx in by_corpus.items():
-        hits = backend.search(corpus, [qs[i].question for i in idx], top_k)
-        for i, h in zip(idx, hits):
-            observations[i] = format_hits(h, cut) if h else "No results."
+        results = env.toolsets[corpus]["search"].execute([{"query": qs[i].question} for i in idx])
+        observations.update((i, r.text) for i, r in zip(idx, results))
+    prompts = []
     for i, q in enumerate(qs):
         ids = chat.prompt_ids(q.question) + chat.encode(call_text(q.question)) + [chat.eos_id]
         prompts.append(ids + list(chat.insert_ids(observations[i], True)))
@@ -107,11 +165,19 @@ def _naive_rag_prompts(qs: list[Question], chat: ChatFormat, backend: SearchBack
 
 
 def summarize(results: Sequence[AgentResult], prefix: str = "") -> dict[str, float]:
+    """Means over the results; baselines scored as plain generation add the strict parse's em/f1/answered."""
     n = max(1, len(results))
-    return {
+    out = {
         f"{prefix}em": sum(r.em for r in results) / n,
         f"{prefix}f1": sum(r.f1 for r in results) / n,
         f"{prefix}turns": sum(r.turns for r in results) / n,
         f"{prefix}searches": sum(r.searches for r in results) / n,
         f"{prefix}answered": sum(r.prediction is not None for r in results) / n,
     }
+    if any(r.plain for r in results):
+        out |= {
+            f"{prefix}em_strict": sum(r.em_strict for r in results) / n,
+            f"{prefix}f1_strict": sum(r.f1_strict for r in results) / n,
+            f"{prefix}answered_strict": sum(r.strict_prediction is not None for r in results) / n,
+        }
+    return out
