@@ -20,18 +20,19 @@ from components.rl.losses import policy_logprobs
 from components.rl.train import Trainer
 from components.rollout.engine import rollout
 from components.rollout.evaluate import evaluate_agent, summarize
+from tests.conftest import ROOT as repo_root
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory, repo_root):
+def real(tmp_path_factory):
     """The real profile in a temp project: 6 HotpotQA questions, their paragraphs indexed, the converted model."""
     root = tmp_path_factory.mktemp("real")
     cfg = load_config(repo_root / "params.yaml", {
         "profile": "real", "project.artifacts_dir": str(root / "artifacts"),
         "model.cache_dir": str(repo_root / ".cache" / "models"),  # converted once, keyed by the GGUF's hash
-        "agent.max_turns": 2, "agent.max_tokens_per_turn": 24, "train.questions_per_step": 2, "train.group_size": 2,
+        "agent.max_turns": 2, "agent.max_tokens_per_turn": 16, "train.questions_per_step": 2, "train.group_size": 2,
     })  # fmt: skip
     spec = next(s for s in cfg.data.datasets if s.name == "hotpotqa")
     table = PassageTable()
@@ -53,12 +54,21 @@ def test_base_model_is_the_pinned_dequantised_gguf(real):
     assert (cfg.artifacts / "models" / "base" / SOURCE_FILE).is_file()
 
 
-def test_rollout_mask_is_one_exactly_on_generated_tokens(real):
+@pytest.fixture(scope="module")
+def episodes(real):
+    """A group of 2 sampled episodes for each of 2 questions, from the policy the trainer builds."""
     cfg, questions, backend, policy, tok, _ = real
+    policy = copy.deepcopy(policy)
     trainer = Trainer(cfg, policy, tok, backend, questions[:2], {})
     gen = torch.Generator().manual_seed(0)
     trajs = rollout(policy, trainer.chat, trainer.env, [q for q in questions[:2] for _ in range(2)], cfg.agent,
                     temperature=1.0, generator=gen)  # fmt: skip
+    return trainer, trajs
+
+
+def test_rollout_mask_is_one_exactly_on_generated_tokens(real, episodes):
+    cfg, *_, tok, _ = real
+    trainer, trajs = episodes
     assert len(trajs) == 4
     for t in trajs:
         spans = set()
@@ -77,14 +87,11 @@ def test_rollout_mask_is_one_exactly_on_generated_tokens(real):
             assert tok.decode(t.input_ids[e:s2]).rstrip().endswith("<|im_start|>assistant")
 
 
-def test_one_grpo_update_moves_the_policy_towards_the_rewarded_episode(real):
-    cfg, questions, backend, policy, tok, _ = real
-    policy = copy.deepcopy(policy)
-    trainer = Trainer(cfg, policy, tok, backend, questions[:1], {})
-    gen = torch.Generator().manual_seed(1)
-    trajs = rollout(policy, trainer.chat, trainer.env, [questions[0]] * 2, cfg.agent, temperature=1.0, generator=gen)
-    trajs[0].rewards[trajs[0].last_action_index()] += 1.0  # injected: the first episode of the group is the better one
-    batch = collate(trajs, trainer.chat.pad_id)
+def test_one_grpo_update_moves_the_policy_towards_the_rewarded_episode(episodes):
+    trainer, trajs = episodes
+    policy, group = trainer.policy, trajs[:2]  # the first question's group
+    group[0].rewards[group[0].last_action_index()] += 1.0  # injected: the first episode is the better one
+    batch = collate(group, trainer.chat.pad_id)
     with torch.no_grad():
         before = policy_logprobs(policy, batch, 1.0, batch.action_mask)[0]
     frozen = {n: p.detach().clone() for n, p in policy.named_parameters() if not p.requires_grad}
@@ -99,8 +106,8 @@ def test_one_grpo_update_moves_the_policy_towards_the_rewarded_episode(real):
 
 def test_evaluate_four_questions(real):
     cfg, questions, backend, policy, tok, _ = real
-    for mode in ("agent", "direct"):
-        res = evaluate_agent(policy, tok, questions[:4], backend, cfg.agent, top_k=cfg.retrieval.top_k, mode=mode)
-        s = summarize(res)
-        assert len(res) == 4 and all(0 <= s[k] <= 1 for k in ("em", "f1", "answered"))
-        assert all(1 <= r.turns <= cfg.agent.max_turns for r in res)
+    res = evaluate_agent(policy, tok, questions[2:6], backend, cfg.agent, top_k=cfg.retrieval.top_k)
+    s = summarize(res)
+    assert [r.question_id for r in res] == [q.id for q in questions[2:6]]
+    assert all(0 <= s[k] <= 1 for k in ("em", "f1", "answered")) and 0 <= s["searches"] <= cfg.agent.max_turns
+    assert all(1 <= r.turns <= cfg.agent.max_turns and r.transcript.startswith("Q: ") for r in res)
