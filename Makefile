@@ -52,9 +52,12 @@ es-stop:
 
 uses_es = $(BIN)/python -c "from components.config import load_config; raise SystemExit(load_config().retrieval.backend != 'elasticsearch')"
 
+# `make run PROFILE=real` runs the real-model profile (profiles/real.yaml) as a DVC experiment: `dvc exp run -S profile=real`.
+PROFILE ?=
+
 run: setup
 	if $(uses_es); then scripts/es.sh start; fi
-	$(BIN)/dvc repro
+	if [[ -n "$(PROFILE)" ]]; then $(BIN)/dvc exp run -S profile=$(PROFILE); else $(BIN)/dvc repro; fi
 
 test: setup
 	scripts/es.sh start

@@ -1,0 +1,83 @@
+"""The real profile end to end from prepared data: base_model (conversion + format warm-up), train, evaluate; then
+one table per eval set (EM / F1 of every system), the steps, the wall time per stage and the machine.
+
+    python benchmarks/real_model.py [-S train.steps=30 ...] [--out benchmarks/results/real_model.md]
+
+Needs `agentr1 prepare/validate/index -S profile=real` first (or `dvc exp run -S profile=real`). Each stage is a
+tracked MLflow run, exactly as `dvc repro` runs it. The weights are a dequantised 4-bit GGUF of
+SmolLM2-135M-Instruct: a close approximation of the published model, not the exact weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import yaml
+
+from components.config import load_config
+from components.env import apply_defaults
+from components.stages import run_stage
+
+SYSTEMS = ["direct", "naive_rag", "pretrained_agent", "base_agent", "agent"]
+
+
+def machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())  # fmt: skip
+    return f"{cpu}, {os.cpu_count()} cores, torch threads from train.num_threads"
+
+
+def table(report: dict, name: str) -> list[str]:
+    lines = [f"| system | EM | F1 | answered | searches | turns |", "|---|---|---|---|---|---|"]
+    for system in SYSTEMS:
+        m = report.get(system, {}).get(name)
+        if m:
+            lines.append(f"| {system} | {m['em']:.3f} | {m['f1']:.3f} | {m['answered']:.2f} | {m['searches']:.2f} | "
+                         f"{m['turns']:.2f} |")  # fmt: skip
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("-S", "--set", action="append", default=[], help="override, e.g. -S train.steps=10")
+    ap.add_argument("--stages", default="base_model,train,evaluate")
+    ap.add_argument("--out", default="benchmarks/results/real_model.md")
+    args = ap.parse_args()
+    apply_defaults()
+    overrides = {"profile": "real"} | {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
+    cfg = load_config(args.params, overrides)
+    seconds = {}
+    for stage in args.stages.split(","):
+        t0 = time.perf_counter()
+        run_stage(stage, cfg)
+        seconds[stage] = time.perf_counter() - t0
+        print(f"{stage}: {seconds[stage]:.0f} s", flush=True)
+    report = json.loads((cfg.artifacts / "metrics" / "eval.json").read_text())
+    curve = list(csv.DictReader((cfg.artifacts / "train" / "curve.csv").open()))
+    lines = [f"# Real profile (SmolLM2-135M-Instruct, dequantised Q4_1 GGUF), {time.strftime('%Y-%m-%d')}", "",
+             f"Machine: {machine()}. Overrides: {overrides}.", "",
+             "Wall time: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in seconds.items()) + f"; "
+             f"train steps: {len(curve) - 1 if curve and curve[0]['step'] == '0' else len(curve)}.", ""]  # fmt: skip
+    for spec in cfg.evaluate.sets:
+        name = f"{spec.dataset}/{spec.split}"
+        lines += [f"## {name} (first {spec.limit} questions)", "", *table(report, name), ""]
+    dev = [k for k in (curve[0] if curve else {}) if k.startswith("dev/") and k.endswith("/em")]
+    if dev:
+        lines += ["## Dev curve (greedy, train.eval_questions per set)", "", "| step | " + " | ".join(dev) + " |",
+                  "|---" * (len(dev) + 1) + "|"]  # fmt: skip
+        lines += [f"| {r['step']} | " + " | ".join(r[k] or "" for k in dev) + " |" for r in curve if any(r[k] for k in dev)]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
