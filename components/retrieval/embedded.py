@@ -9,6 +9,7 @@ so `title:x AND y*` is just the words title, x, y; a query with no known words r
 
 Ties are fair: passages with equal scores are ordered by a random key drawn per call from an rng (the backend's
 own seeded one, or one passed in), never by passage id, so a policy cannot learn to exploit a fixed tie order.
+`reseed(*key)` restarts the backend's rng from (seed, *key); the trainer reseeds per step and per evaluation.
 
 Engine choice: bm25s over tantivy, measured with `benchmarks/bench_embedded.py --compare --repeats 5` on the
 pipeline corpus (wiki + synthetic, 10,018 passages; 500 queries: HotpotQA dev + synthetic dev; k=5), 2-core box
@@ -81,6 +82,7 @@ class EmbeddedBackend:
     def __init__(self, root: str | Path, cfg: EmbeddedConfig | None = None, seed: int = 0) -> None:
         self.root = Path(root)
         self.cfg = cfg or EmbeddedConfig()
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
         self._stem = _stemmer(self.cfg.stemmer)
         self._loaded: dict[str, _LoadedIndex] = {}
@@ -233,6 +235,9 @@ class EmbeddedBackend:
                 [Hit(index.ids[d], index.titles[d], index.texts[d], float(v)) for d, v in zip(docs[top], vals[top])]
             )
         return results
+
+    def reseed(self, *key: int) -> None:
+        self.rng = np.random.default_rng([self.seed, *key])
 
     def close(self) -> None:
         self._loaded.clear()

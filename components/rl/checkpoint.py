@@ -1,4 +1,4 @@
-"""Atomic training checkpoints: model, optimizer(s), RNG state, step, MLflow run id, unflushed metrics.
+"""Atomic training checkpoints: model, optimizer(s), RNG state, step, MLflow run id, the learning curve so far.
 
 A checkpoint is one directory written through components.io.atomic_path, so a kill -9 leaves either the
 previous checkpoint or the new one, never half of one. Non-finite weights are refused.
