@@ -38,7 +38,9 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from components.data.schema import DataError
     from components.retrieval.base import SearchError
 
-    errors: list[type[BaseException]] = [ConfigError, DataError, SearchError, FileNotFoundError]
+    from components.rl.checkpoint import CheckpointError
+
+    errors: list[type[BaseException]] = [ConfigError, DataError, SearchError, FileNotFoundError, CheckpointError]
     try:
         from components.validation.validate import ValidationFailed
 

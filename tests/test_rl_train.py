@@ -252,3 +252,44 @@ def test_resume_after_kill_9_at_any_point_is_bit_identical(primed, tmp_path):
     history = _mlflow_history(art)
     assert len(history) > 10 and all([s for s, _ in h] == list(range(1, 11)) for h in history.values())
     assert history == _mlflow_history(ref_art)
+
+
+def test_a_damaged_checkpoint_falls_back_to_the_previous_one_then_stops_with_a_message(prepared, tmp_path, monkeypatch):
+    art = fresh(prepared, tmp_path)
+    raw = small_raw(art, steps=6, eval_every=0, checkpoint_every=2)
+    cfg = parse_config(raw)
+    root = train.checkpoint_root(cfg)
+    step = train.Trainer.step
+
+    def crash_at_5(self, s):
+        if s == 4:
+            raise KeyboardInterrupt  # an interrupted run: checkpoints 2 and 4 are on disk
+        return step(self, s)
+
+    monkeypatch.setattr(train.Trainer, "step", crash_at_5)
+    with pytest.raises(KeyboardInterrupt):
+        train.run(cfg, NullTracker())
+    monkeypatch.setattr(train.Trainer, "step", step)
+    assert sorted(p.name for p in root.iterdir()) == ["step-00000002", "step-00000004"]  # two kept
+    weights = root / "step-00000004" / "weights.pt"
+    with open(weights, "r+b") as f:
+        f.truncate(weights.stat().st_size // 2)
+
+    rec = Recorder()
+    with pytest.warns(UserWarning, match=f"{weights}: SHA-256 does not match"):
+        train.run(cfg, rec)
+    assert rec.tags["resumed_from_step"] == "2" and sorted(rec.metrics) == [1, 2, 3, 4, 5, 6]
+
+    # every checkpoint damaged: the CLI stops with a message naming them and what to do, no traceback
+    damaged = sorted(root.iterdir())
+    for d in damaged:
+        (d / "weights.pt").write_bytes(b"\0" * 100)
+    params = tmp_path / "params.yaml"
+    params.write_text(json.dumps(raw))
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    proc = subprocess.run([sys.executable, "-m", "components.cli", "train", "-p", str(params)], capture_output=True,
+                          text=True, env=env, cwd=Path(__file__).resolve().parents[1], timeout=300)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    err = " ".join(proc.stderr.split())  # rich wraps long lines
+    assert "no usable checkpoint" in err and "Traceback" not in proc.stderr
+    assert len(damaged) == 2 and all(str(d / "weights.pt") in err for d in damaged) and f"delete {root}" in err

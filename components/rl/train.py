@@ -255,9 +255,8 @@ def run(cfg: Config, tracker) -> dict[str, float]:
     modules = {"policy": trainer.policy} | ({"critic": trainer.critic} if trainer.critic is not None else {})
     optims = {"policy": trainer.opt} | ({"critic": trainer.critic_opt} if trainer.critic_opt is not None else {})
     start, pending, curve, history = 0, [], [], {"best_em": None, "steps_to_target": None}
-    last = ckpt.latest(root)
-    if last is not None:
-        state = ckpt.load(last, modules, optims)
+    state = ckpt.load_latest(root, modules, optims)
+    if state is not None:
         start, curve, history = state["step"], state["curve"], state["history"]
         _flush(tracker, curve)  # this run holds every step exactly once: the checkpoint's past, then its own
         tracker.set_tags({"resumed_from_step": str(start), "resumed_from_run": str(state["run_id"])})
