@@ -26,4 +26,5 @@ def format_hits(hits: Sequence[Hit]) -> str:
 
 
 def error_observation(reason: str) -> str:
+    """Every error text the environment shows the model (parser, schema, tool failures) goes through here."""
     return f"Error: {escape(reason)}"
