@@ -44,7 +44,7 @@ import scipy.sparse as sp
 
 from components.config import EmbeddedConfig
 from components.data.schema import Passage
-from components.io import atomic_path, write_json, write_text
+from components.io import atomic_path, exclusive, write_json, write_text
 from components.retrieval.base import Hit, IndexVersion, SearchError, corpus_hash
 
 _ALIAS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -145,15 +145,16 @@ class EmbeddedBackend:
 
         version = corpus_hash(passages)
         vdir = adir / version
-        meta = self._meta(vdir)
-        created = meta is None or meta.get("settings") != self._settings()
-        if created:
-            with atomic_path(vdir) as tmp:
-                self._write_version(tmp, alias, version, passages)
-        if self.live_version(alias) != version:
-            os.utime(vdir)  # retention keeps the most recently live versions
-            write_text(adir / _LIVE, version + "\n")
-        self._prune(adir, keep=version)
+        with exclusive(adir):  # one writer per alias; temps left by a killed build are removed first
+            meta = self._meta(vdir)
+            created = meta is None or meta.get("settings") != self._settings()
+            if created:
+                with atomic_path(vdir) as tmp:
+                    self._write_version(tmp, alias, version, passages)
+            if self.live_version(alias) != version:
+                os.utime(vdir)  # retention keeps the most recently live versions
+                write_text(adir / _LIVE, version + "\n")
+            self._prune(adir, keep=version)
         return IndexVersion(alias, version, f"{alias}-{version[:12]}", len(passages), created)
 
     def _write_version(self, out: Path, alias: str, version: str, passages: Sequence[Passage]) -> None:
