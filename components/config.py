@@ -122,14 +122,6 @@ class DataConfig(Section):
     datasets: list[DatasetSpec] = Field(default_factory=list)
     synthetic: SyntheticConfig = SyntheticConfig()
 
-    @field_validator("datasets")
-    @classmethod
-    def _unique_names(cls, specs: list[DatasetSpec]) -> list[DatasetSpec]:
-        names = [s.name for s in specs]
-        if dup := sorted({n for n in names if names.count(n) > 1}):
-            raise ValueError(f"dataset names must be unique: {', '.join(dup)} repeated")
-        return specs
-
 
 # --- validation ----------------------------------------------------------------------------------
 

@@ -69,7 +69,6 @@ BAD_VALUES = [
     ("train.weight_decay", "-0.1"), ("model.tiny.hidden_size", "0"), ("registry.alias", "''"),
     ("retrieval.elasticsearch.url", "'http://elastic:hunter2@127.0.0.1:9200'"),
     ("tracking.tracking_uri", "'postgresql://me:hunter2@db/mlflow'"),
-    ("data.datasets", "[{name: a, format: kilt, path: x}, {name: a, format: kilt, path: y}]"),
 ]  # fmt: skip
 
 
