@@ -39,7 +39,10 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from components.model.source import ModelSourceError
     from components.retrieval.base import SearchError
 
-    errors: list[type[BaseException]] = [ConfigError, DataError, ModelSourceError, SearchError, FileNotFoundError]
+    from components.rl.checkpoint import CheckpointError
+
+    errors: list[type[BaseException]] = [ConfigError, DataError, ModelSourceError, SearchError, FileNotFoundError,
+                                         CheckpointError]  # fmt: skip
     try:
         from components.validation.validate import ValidationFailed
 

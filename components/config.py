@@ -1,22 +1,68 @@
 """The one typed config: `params.yaml` validated into `Config` before any work starts.
 
-Every section forbids unknown keys, so a typo fails at load with the key's dotted path.
+Every section forbids unknown keys, so a typo fails at load with the key's dotted path. Values are strict (no
+`true` for a number, no inf/NaN) and bounded where a bound exists; credentials never go in params.
 Each area owns its section class below; add fields there, with defaults, and mirror them in params.yaml.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from components.secrets import has_url_credentials, redact_text
 from components.verl_backend.config import VerlConfig
+
+CREDENTIALS_HINT = (
+    "credentials must not be in params (they would be tracked): remove user:password@ from the URL and set "
+    "ES_USERNAME/ES_PASSWORD or ES_API_KEY (Elasticsearch), or MLFLOW_TRACKING_USERNAME/PASSWORD (MLflow), "
+    "in the environment"
+)
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_credentials(cls, value: Any) -> Any:
+        if isinstance(value, str) and has_url_credentials(value):
+            raise ValueError(CREDENTIALS_HINT)
+        return value
+
+
+def _regex(pattern: str) -> str:
+    try:
+        compiled = re.compile(pattern)
+    except re.error as err:
+        raise ValueError(f"not a valid regular expression: {err}") from None
+    if compiled.fullmatch(""):
+        raise ValueError("must not match the empty string")
+    return pattern
+
+
+def _cron(expr: str) -> str:
+    from croniter import croniter
+
+    if len(expr.split()) != 5 or not croniter.is_valid(expr):
+        raise ValueError("not a 5-field cron expression (minute hour day month weekday), e.g. '0 3 * * *'")
+    return expr
+
+
+def _timezone(name: str) -> str:
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError("unknown IANA time zone (e.g. UTC, Europe/Berlin)") from None
+    return name
+
+
+Name = Annotated[str, Field(min_length=1, pattern=r"\S")]  # not empty, not only blanks
 
 
 class ConfigError(ValueError):
@@ -27,9 +73,9 @@ class ConfigError(ValueError):
 
 
 class ProjectConfig(Section):
-    seed: int = 0
-    data_dir: str = "data"
-    artifacts_dir: str = "artifacts"
+    seed: int = Field(default=0, ge=0)
+    data_dir: Name = "data"
+    artifacts_dir: Name = "artifacts"
 
 
 # --- data ----------------------------------------------------------------------------------------
@@ -51,13 +97,14 @@ UnitFloat = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 class DatasetSpec(Section):
-    name: str
+    name: Name
     format: DatasetFormat
     path: str = Field(description="file under data_dir, or a hub id for format hf_hub")
     split: Literal["train", "dev", "test"] = "dev"
     limit: int | None = Field(default=None, ge=1)
     id_hash_range: tuple[UnitFloat, UnitFloat] | None = Field(
         default=None,
+        strict=False,  # YAML gives a list
         description="keep only questions whose raw id hashes (sha256) into [lo, hi) of [0, 1): specs on one file "
         "with disjoint ranges make splits disjoint by question id",
     )
@@ -98,11 +145,11 @@ class DataConfig(Section):
 
 
 class ValidationConfig(Section):
-    question_min_chars: int = 5
-    question_max_chars: int = 1000
-    answer_max_chars: int = 300
-    passage_min_chars: int = 1
-    passage_max_chars: int = 20000
+    question_min_chars: int = Field(default=5, ge=0)
+    question_max_chars: int = Field(default=1000, ge=1)
+    answer_max_chars: int = Field(default=300, ge=1)
+    passage_min_chars: int = Field(default=1, ge=0)
+    passage_max_chars: int = Field(default=20000, ge=1)
     allowed_splits: list[str] = Field(default_factory=lambda: ["train", "dev", "test"])
     eval_splits: list[str] = Field(default_factory=lambda: ["dev", "test"])
     n_examples: int = Field(default=5, ge=1, description="example rows shown per failing expectation")
@@ -116,7 +163,9 @@ class EmbeddedConfig(Section):
     k1: float = Field(default=1.2, gt=0)
     b: float = Field(default=0.75, ge=0, le=1)
     stemmer: Literal["english"] | None = Field(default="english", description="PyStemmer algorithm, or none")
-    token_pattern: str = Field(default=r"(?u)\b\w+\b", description="regex for a word in passages and queries")
+    token_pattern: Annotated[str, AfterValidator(_regex)] = Field(
+        default=r"(?u)\b\w+\b", description="regex for a word in passages and queries"
+    )
     title_weight: int = Field(default=2, ge=0, description="times the title is indexed (recall@5 0.732 -> 0.755)")
     retention: int = Field(default=2, ge=1, description="index versions kept per alias")
 
@@ -156,13 +205,13 @@ class RetrievalConfig(Section):
 
 
 class TrackingConfig(Section):
-    experiment: str = "agentr1"
+    experiment: Name = "agentr1"
     tracking_uri: str | None = None  # MLFLOW_TRACKING_URI wins; default sqlite inside the project
 
 
 class ScheduleConfig(Section):
-    cron: str = "0 3 * * *"
-    timezone: str = "UTC"
+    cron: Annotated[str, AfterValidator(_cron)] = "0 3 * * *"
+    timezone: Annotated[str, AfterValidator(_timezone)] = "UTC"
 
 
 # --- agent, model, train (issue 3) ---------------------------------------------------------------
@@ -193,13 +242,13 @@ class TinyModelConfig(Section):
     """The CPU profile's Qwen2-architecture model, built and format-primed locally."""
 
     vocab_size: int = Field(default=2048, ge=300)
-    hidden_size: int = 128
-    intermediate_size: int = 384
-    num_hidden_layers: int = 2
+    hidden_size: int = Field(default=128, ge=1)
+    intermediate_size: int = Field(default=384, ge=1)
+    num_hidden_layers: int = Field(default=2, ge=1)
     # many narrow heads: copying from the context formed in 300-500 priming steps with 16, often not in 900 with 2
-    num_attention_heads: int = 16
-    num_key_value_heads: int = 16
-    max_position_embeddings: int = 1024
+    num_attention_heads: int = Field(default=16, ge=1)
+    num_key_value_heads: int = Field(default=16, ge=1)
+    max_position_embeddings: int = Field(default=1024, ge=16)
     prime_first_turn_steps: int = Field(default=1500, ge=0, description="cap of phase 1 (first turns only)")
     prime_first_call_p: float = Field(default=0.8, ge=0, le=1, description="phase 1 ends at this first-call p")
     prime_steps: int = Field(default=1500, ge=0, description="cap of phase 2 (whole transcripts)")
@@ -209,9 +258,9 @@ class TinyModelConfig(Section):
     # Turns of a priming transcript (None: agent.max_turns). More turns than RL uses give more later draws to
     # learn the copy from observations on.
     prime_max_turns: int | None = Field(default=None, ge=2)
-    prime_batch_size: int = 32
+    prime_batch_size: int = Field(default=32, ge=1)
     prime_micro_batch_size: int | None = Field(default=8, ge=1, description="sequences per forward (by length)")
-    prime_lr: float = 3e-3
+    prime_lr: float = Field(default=3e-3, gt=0)
     prime_corpus_weight: float = Field(default=0.0, ge=0, le=1, description="weight of the corpus LM loss term")
     num_threads: int | None = Field(default=1, ge=1, description="torch CPU threads while priming")
 
@@ -250,7 +299,8 @@ class MaskConfig(Section):
 
 class TrainConfig(Section):
     backend: Literal["local", "verl"] = "local"
-    datasets: list[str] = Field(default_factory=lambda: ["synthetic"], description="train-split questions used")
+    datasets: list[Name] = Field(default_factory=lambda: ["synthetic"], min_length=1,
+                                 description="train-split questions used: data.datasets names or synthetic(_cf)")
     num_threads: int | None = Field(default=1, ge=1, description="torch CPU threads; None = torch default")
     algorithm: Literal["grpo", "ppo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"] = "grpo"
     trainable_layers: int | None = Field(default=None, ge=1, description="train only the top N decoder layers (+ final norm)")
@@ -262,7 +312,7 @@ class TrainConfig(Section):
     ppo_epochs: int = Field(default=1, ge=1)
     lr: float = Field(default=2e-3, gt=0)
     critic_lr: float = Field(default=2e-3, gt=0)
-    weight_decay: float = 0.0
+    weight_decay: float = Field(default=0.0, ge=0)
     max_grad_norm: float = Field(default=1.0, gt=0)
     clip_ratio: float = Field(default=0.2, gt=0)
     value_clip: float = Field(default=0.5, gt=0)
@@ -276,7 +326,7 @@ class TrainConfig(Section):
     mask: MaskConfig = MaskConfig()
     eval_every: int = Field(default=20, ge=0, description="steps between held-out dev EM evaluations; 0 = never")
     eval_questions: int = Field(default=200, ge=1)
-    target_em: float | None = Field(default=0.9, description="dev EM whose first step is reported")
+    target_em: float | None = Field(default=0.9, ge=0, le=1, description="dev EM whose first step is reported")
     stop_at_target: bool = Field(default=False, description="stop once dev EM reaches target_em")
     checkpoint_every: int = Field(default=20, ge=1)
     log_trajectories_every: int = Field(default=50, ge=1)
@@ -310,9 +360,9 @@ class EvaluateConfig(Section):
 
 
 class RegisterConfig(Section):
-    model_name: str = "agentr1-search-agent"
-    metric: str = Field(default="em/synthetic/dev", description="key in eval metrics that decides the champion")
-    alias: str = "champion"
+    model_name: Name = "agentr1-search-agent"
+    metric: Name = Field(default="em/synthetic/dev", description="key in eval metrics that decides the champion")
+    alias: Name = "champion"
     min_improvement: float = Field(default=0.0, ge=0)
 
 
@@ -333,6 +383,15 @@ class Config(Section):
     evaluate: EvaluateConfig = EvaluateConfig()
     registry: RegisterConfig = RegisterConfig()
 
+    @model_validator(mode="after")
+    def _train_datasets_exist(self) -> Config:
+        known = {d.name for d in self.data.datasets} | {"synthetic", "synthetic_cf"}
+        unknown = [d for d in self.train.datasets if d not in known]
+        if unknown:
+            raise ValueError(f"train.datasets: {', '.join(map(repr, unknown))} is not a data.datasets name "
+                             f"nor synthetic/synthetic_cf (known: {', '.join(sorted(known))})")  # fmt: skip
+        return self
+
     @property
     def artifacts(self) -> Path:
         return Path(self.project.artifacts_dir)
@@ -345,11 +404,15 @@ class Config(Section):
 def _describe(err: ValidationError, source: str) -> str:
     lines = [f"{source}: invalid params"]
     for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "<root>"
+        key = ".".join(str(p) for p in e["loc"])
         if e["type"] == "extra_forbidden":
             lines.append(f"  {key}: unknown key")
+        elif not key:  # a check across sections: the message names its keys
+            lines.append(f"  {e['msg'].removeprefix('Value error, ')}")
         else:
-            lines.append(f"  {key}: {e['msg']} (got {e.get('input')!r})")
+            shown = redact_text(repr(e.get("input")))
+            shown = shown if len(shown) <= 200 else f"{shown[:200]}... ({len(shown)} chars)"
+            lines.append(f"  {key}: {e['msg'].removeprefix('Value error, ')} (got {shown})")
     return "\n".join(lines)
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -30,6 +32,23 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
             os.replace(tmp, target)
     finally:
         shutil.rmtree(tmp.parent, ignore_errors=True)
+
+
+_LEFTOVER = re.compile(r"^\..+\.([a-z0-9_]{8}|old)$")  # atomic_path's temp and .old names
+
+
+@contextmanager
+def exclusive(directory: str | Path) -> Iterator[list[Path]]:
+    """Hold `directory`'s writer lock; first remove what killed writers left there (atomic_path temps), which
+    no live writer can own while the lock is held. Yields the removed paths."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        removed = [p for p in directory.iterdir() if _LEFTOVER.match(p.name)]
+        for p in removed:
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        yield removed
 
 
 def write_text(target: str | Path, text: str) -> None:

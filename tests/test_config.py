@@ -52,3 +52,46 @@ def test_overrides_are_validated(repo_root):
     assert cfg.retrieval.top_k == 7
     with pytest.raises(ConfigError, match="retrieval.top_k"):
         load_config(repo_root / "params.yaml", {"retrieval.top_k": -1})
+
+
+# Each value must be refused, naming its key (issue 12). Values are YAML, as `-S key=value` parses them.
+BAD_VALUES = [
+    ("train.lr", ".inf"), ("train.critic_lr", ".inf"), ("train.max_grad_norm", ".inf"),
+    ("model.tiny.prime_lr", "-1"), ("model.tiny.prime_lr", ".nan"),
+    ("agent.reward.valid_call", ".nan"), ("agent.reward.supporting", ".inf"), ("train.entropy_coef", ".nan"),
+    ("retrieval.embedded.k1", ".inf"), ("retrieval.embedded.token_pattern", "("),
+    ("retrieval.embedded.token_pattern", "''"), ("retrieval.embedded.token_pattern", "'\\w*'"),
+    ("schedule.cron", "bad"), ("schedule.cron", "61 * * * *"), ("schedule.cron", "'* * * * * *'"),
+    ("schedule.timezone", "Mars/Base"), ("schedule.timezone", "''"),
+    ("train.target_em", "2"), ("train.target_em", "-0.1"), ("train.datasets", "[nope]"), ("train.datasets", "[]"),
+    ("tracking.experiment", "''"), ("tracking.experiment", "'  '"),
+    ("retrieval.top_k", "true"), ("train.steps", "2.5"), ("train.lr", "true"), ("project.seed", "-1"),
+    ("train.weight_decay", "-0.1"), ("model.tiny.hidden_size", "0"), ("registry.alias", "''"),
+    ("retrieval.elasticsearch.url", "'http://elastic:hunter2@127.0.0.1:9200'"),
+    ("tracking.tracking_uri", "'postgresql://me:hunter2@db/mlflow'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("key,value", BAD_VALUES, ids=[f"{k}={v}" for k, v in BAD_VALUES])
+def test_bad_values_are_refused_naming_the_key(repo_root, key, value):
+    import yaml
+
+    with pytest.raises(ConfigError) as err:
+        load_config(repo_root / "params.yaml", {key: yaml.safe_load(value)})
+    assert key in str(err.value)
+    assert "hunter2" not in str(err.value)
+
+
+@pytest.mark.parametrize("key,value", [("train.lr", ".inf"), ("retrieval.top_k", "true"),
+                                       ("schedule.cron", "bad"), ("train.datasets", "[nope]"),
+                                       ("retrieval.elasticsearch.url", "http://elastic:hunter2@127.0.0.1:9200")])  # fmt: skip
+def test_validate_params_cli_refuses(repo_root, key, value):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "components.cli", "validate-params", "-S", f"{key}={value}"],
+                          capture_output=True, text=True, cwd=repo_root, timeout=120)  # fmt: skip
+    assert proc.returncode == 1 and key in " ".join(proc.stderr.split()), proc.stderr
+    assert "Traceback" not in proc.stderr and "hunter2" not in proc.stderr + proc.stdout
+    if "url" in key:
+        assert "ES_USERNAME/ES_PASSWORD or ES_API_KEY" in " ".join(proc.stderr.split())

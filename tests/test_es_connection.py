@@ -70,3 +70,43 @@ def test_errors_never_show_credentials_in_the_url() -> None:
         backend.health()
     assert "http://127.0.0.1:9" in str(err.value) and "s3cret" not in str(err.value)
     backend.close()
+
+
+@pytest.mark.es
+def test_credentials_from_the_environment_are_never_tracked_or_printed(es_url, tmp_path, repo_root) -> None:
+    """The index stage on the real server with ES_USERNAME/ES_PASSWORD set: the MLflow store, its artifacts,
+    the outputs and what the CLI printed hold neither the password nor the user."""
+    import os
+    import subprocess
+    import sys
+
+    import uuid
+
+    import yaml
+
+    prefix = f"agentr1-leak-{uuid.uuid4().hex[:8]}-"
+    raw = {"project": {"artifacts_dir": str(tmp_path / "art")},
+           "data": {"datasets": [], "synthetic": {"n_entities": 20, "n_relations": 2, "n_train": 10, "n_dev": 5,
+                                                  "n_test": 5}},
+           "retrieval": {"backend": "elasticsearch", "elasticsearch": {"index_prefix": prefix}}}  # fmt: skip
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(raw))
+    env = {**os.environ, "ES_URL": es_url, "ES_USERNAME": "leakuser7", "ES_PASSWORD": "hunter2-leak",
+           "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "PYTHONPATH": str(repo_root)}  # fmt: skip
+    printed = ""
+    for stage in ("prepare", "index"):
+        done = subprocess.run([sys.executable, "-m", "components.cli", stage, "-p", str(params)], env=env,
+                              capture_output=True, text=True, cwd=tmp_path, timeout=300)  # fmt: skip
+        printed += done.stdout + done.stderr
+        assert done.returncode == 0, done.stderr[-2000:]
+    stored = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "params.yaml"]
+    assert any(p.name == "mlflow.db" for p in stored) and (tmp_path / "art" / "index" / "manifest.json").is_file()
+    for secret in ("hunter2-leak", "leakuser7"):
+        assert secret not in printed
+        assert not [p for p in stored if secret.encode() in p.read_bytes()]
+    from elasticsearch import Elasticsearch
+
+    client = Elasticsearch(es_url)
+    for name in client.indices.get(index=f"{prefix}*").body:
+        client.indices.delete(index=name)
+    client.close()

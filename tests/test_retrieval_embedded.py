@@ -202,3 +202,42 @@ def test_top_k_fair_keeps_strict_order_and_samples_the_boundary_tie():
     assert all(abs(c / 3000 - 1 / 3) < 0.04 for c in seconds.values()), seconds
     assert list(top_k_fair(scores, 10, rng))[-1] == 4  # zero scores never returned
     assert top_k_fair(np.zeros(4, dtype=np.float32), 3, rng).size == 0
+
+
+# --- a killed build -------------------------------------------------------------------------------
+
+KILLED_BUILD = """
+import os, signal, sys
+from pathlib import Path
+from components.data.schema import Passage
+from components.retrieval import embedded
+
+def die(self, out, *args):
+    out.mkdir()
+    (out / "half").write_text("x")
+    os.kill(os.getpid(), signal.SIGKILL)  # kill -9 while the new version is half written
+embedded.EmbeddedBackend._write_version = die
+embedded.EmbeddedBackend(Path(sys.argv[1])).build("wiki", [Passage("n1", "New", "a new corpus")])
+"""
+
+
+def test_a_killed_build_leaves_the_old_version_live_and_its_temps_are_removed_by_the_next(tmp_path, repo_root):
+    import os
+    import subprocess
+    import sys
+
+    b = EmbeddedBackend(tmp_path)
+    old = b.build("wiki", CAPITALS).version
+    env = {**os.environ, "PYTHONPATH": str(repo_root)}
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", KILLED_BUILD, str(tmp_path)], env=env, timeout=120)
+        assert proc.returncode == -9
+    leftovers = [p.name for p in (tmp_path / "wiki").iterdir() if p.name.startswith(".") and p.name != ".lock"]
+    assert len(leftovers) == 1  # .<hash>.<random>: the second build removed the first one's, left its own
+    assert b.live_version("wiki") == old and b.search("wiki", ["Paris"], 1)  # the old version still serves
+
+    new = [Passage("n1", "New", "a new corpus")]
+    v = b.build("wiki", new)
+    assert [p.name for p in (tmp_path / "wiki").iterdir() if p.name.startswith(".") and p.name != ".lock"] == []
+    assert b.live_version("wiki") == v.version == corpus_hash(new)
+    assert b.search("wiki", ["corpus"], 1)[0][0].id == "n1"

@@ -1,13 +1,14 @@
 """The local trainer end to end on a small world: every algorithm steps, checkpoints resume exactly after
 kill -9, a non-finite loss skips the step, the final model is saved in HF format."""
 
+import csv
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -140,58 +141,155 @@ def test_episodes_without_advantage_are_skipped_and_the_update_is_unchanged(prep
         assert torch.allclose(after[k], reference[k], atol=1e-6), k
 
 
+# Kill -9 at exact points: a real SIGKILL of a real `train` stage process (MLflow store, curve.csv), then resume.
+# The base model is primed enough to search (a model that never searches never meets a retriever tie).
+
+
+def resume_raw(art: Path) -> dict:
+    raw = small_raw(art, steps=10, eval_every=2, checkpoint_every=3)
+    raw["model"]["tiny"].update(prime_first_turn_steps=400, prime_steps=400, prime_lr=1e-2, prime_probe_every=25)
+    return raw
+
+
+@pytest.fixture(scope="module")
+def primed(tmp_path_factory):
+    art = tmp_path_factory.mktemp("primed")
+    cfg = parse_config(resume_raw(art))
+    prepare.run(cfg, NullTracker())
+    index.run(cfg, NullTracker())
+    base_model.run(cfg, NullTracker())
+    return art
+
 RUNNER = """
-import json, sys
-from components.config import parse_config
-from components.rl import train
-from tests.test_rl_train import Recorder, small_raw
+import os, signal, sys
 from pathlib import Path
-rec = Recorder()
-cfg = parse_config(small_raw(Path(sys.argv[1]), steps=6, eval_every=0, checkpoint_every=2))
-if len(sys.argv) > 2:
-    import time
-    orig = train.Trainer.step
-    def slow(self, step):
-        out = orig(self, step)
-        print("STEP", step + 1, flush=True)
-        time.sleep(0.5)
-        return out
-    train.Trainer.step = slow
-train.run(cfg, rec)
-print("METRICS", json.dumps({k: v["train/reward"] for k, v in rec.metrics.items()}))
+from components.config import parse_config
+from components.rl import checkpoint as ckpt, train
+from components.stages import run_stage
+from tests.test_rl_train import resume_raw
+
+where, _, at = (sys.argv[2] if len(sys.argv) > 2 else "").partition(":")
+def die(point, n):
+    if point == where and n == int(at):
+        print("KILLED", point, n, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+step, evaluate, save = train.Trainer.step, train.Trainer.evaluate, ckpt.save
+def step_(self, s):
+    out = step(self, s)
+    die("step", s + 1)  # the step is done, not yet evaluated or checkpointed
+    return out
+def evaluate_(self, n):
+    out = evaluate(self, n)
+    die("eval", n)  # evaluated, not yet checkpointed
+    return out
+def save_(root, n, *args, **kwargs):
+    out = save(root, n, *args, **kwargs)
+    die("saved", n)  # checkpoint written, its metrics not yet flushed to MLflow
+    return out
+train.Trainer.step, train.Trainer.evaluate, ckpt.save = step_, evaluate_, save_
+run_stage("train", parse_config(resume_raw(Path(sys.argv[1]))))
 """
 
 
-def _run(art: Path, slow: bool = False) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    args = [sys.executable, "-c", RUNNER, str(art)] + (["slow"] if slow else [])
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-                            cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+def _train(art: Path, kill: str = "") -> subprocess.CompletedProcess:
+    """The train stage in a fresh process, MLflow store and artifacts under art's parent; SIGKILLed at `kill`."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "MLFLOW_TRACKING_URI": f"sqlite:///{art.parent / 'mlflow.db'}"}
+    return subprocess.run([sys.executable, "-c", RUNNER, str(art), kill], capture_output=True, text=True,
+                          env=env, cwd=art.parent, timeout=300)  # fmt: skip
 
 
-def _metrics(out: str) -> dict[int, float]:
-    line = next(l for l in out.splitlines() if l.startswith("METRICS "))
-    return {int(k): v for k, v in json.loads(line[8:]).items()}
+def _curve(art: Path) -> list[dict[str, str]]:
+    """curve.csv without the timing columns (wall-clock figures differ between any two runs)."""
+    with open(art / "train" / "curve.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return [{k: v for k, v in r.items() if not re.search(r"(_s|_seconds)$", k)} for r in rows]
 
 
-def test_resume_after_kill_9_repeats_the_same_steps(prepared, tmp_path):
-    ref_art = fresh(prepared, tmp_path / "ref")
-    ref = _run(ref_art)
-    reference = _metrics(ref.communicate(timeout=300)[0])
-    assert sorted(reference) == [1, 2, 3, 4, 5, 6]
+def _mlflow_history(art: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every train/ metric of the last finished train run: key -> [(step, value)] as logged. (dev/ keys also
+    carry the stage's closing summary, which MLflow files under step 0.)"""
+    from mlflow.tracking import MlflowClient
 
-    art = fresh(prepared, tmp_path / "killed")
-    proc = _run(art, slow=True)
-    for line in proc.stdout:
-        if line.startswith("STEP 3"):  # checkpoint at 2 is written, step 3 is done but not checkpointed
-            os.kill(proc.pid, signal.SIGKILL)
-            break
-    proc.wait(timeout=60)
-    root = train.checkpoint_root(parse_config(small_raw(art, steps=6, eval_every=0, checkpoint_every=2)))
-    assert ckpt.latest(root).name == "step-00000002"
-    state = json.loads((ckpt.latest(root) / "state.json").read_text())
-    assert state["flushed"] is True and state["step"] == 2
+    client = MlflowClient(f"sqlite:///{art.parent / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("agentr1")
+    [run] = client.search_runs([exp.experiment_id], "attributes.status = 'FINISHED'", max_results=1,
+                               order_by=["attributes.start_time DESC"])  # fmt: skip
+    keys = [k for k in run.data.metrics if k.startswith("train/") and not re.search(r"_s$", k)]
+    return {k: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)) for k in keys}
 
-    resumed = _metrics(_run(art).communicate(timeout=300)[0])
-    assert sorted(resumed) == [3, 4, 5, 6]  # steps 1-2 were logged before the kill; nothing lost or repeated
-    assert resumed == {k: reference[k] for k in resumed}  # and they are the same steps
+
+def _weights(art: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(art / "models" / "trained" / "model.safetensors")
+
+
+def test_resume_after_kill_9_at_any_point_is_bit_identical(primed, tmp_path):
+    """Killed after step 5 (evaluated at 4, checkpoint at 3) and after writing checkpoint 9 before its metrics
+    reached MLflow (evaluated at 8), each time resumed. The result equals an uninterrupted run: weights, the
+    curve, and every step's MLflow metrics exactly once."""
+    ref_art = fresh(primed, tmp_path / "ref")
+    done = _train(ref_art)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    art = fresh(primed, tmp_path / "killed")
+    root = train.checkpoint_root(parse_config(resume_raw(art)))
+    for kill, last_ckpt in [("step:5", 3), ("saved:9", 9)]:
+        proc = _train(art, kill)
+        assert proc.returncode == -signal.SIGKILL and f"KILLED {kill.replace(':', ' ')}" in proc.stdout, proc.stderr[-3000:]
+        assert ckpt.latest(root).name == f"step-{last_ckpt:08d}"
+    resumed = _train(art)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    searches = [float(r["train/searches"]) for r in _curve(ref_art)[1:]]
+    assert sum(searches) > 0  # the policy searched, so retriever ties could matter
+    ref_w, w = _weights(ref_art), _weights(art)
+    assert ref_w.keys() == w.keys() and all(torch.equal(ref_w[k], w[k]) for k in ref_w)
+    curve = _curve(art)
+    assert [int(r["step"]) for r in curve] == list(range(11))  # every step exactly once, step 0 the first eval
+    assert curve == _curve(ref_art)
+    history = _mlflow_history(art)
+    assert len(history) > 10 and all([s for s, _ in h] == list(range(1, 11)) for h in history.values())
+    assert history == _mlflow_history(ref_art)
+
+
+def test_a_damaged_checkpoint_falls_back_to_the_previous_one_then_stops_with_a_message(prepared, tmp_path, monkeypatch):
+    art = fresh(prepared, tmp_path)
+    raw = small_raw(art, steps=6, eval_every=0, checkpoint_every=2)
+    cfg = parse_config(raw)
+    root = train.checkpoint_root(cfg)
+    step = train.Trainer.step
+
+    def crash_at_5(self, s):
+        if s == 4:
+            raise KeyboardInterrupt  # an interrupted run: checkpoints 2 and 4 are on disk
+        return step(self, s)
+
+    monkeypatch.setattr(train.Trainer, "step", crash_at_5)
+    with pytest.raises(KeyboardInterrupt):
+        train.run(cfg, NullTracker())
+    monkeypatch.setattr(train.Trainer, "step", step)
+    assert sorted(p.name for p in root.iterdir()) == ["step-00000002", "step-00000004"]  # two kept
+    weights = root / "step-00000004" / "weights.pt"
+    with open(weights, "r+b") as f:
+        f.truncate(weights.stat().st_size // 2)
+
+    rec = Recorder()
+    with pytest.warns(UserWarning, match=f"{weights}: SHA-256 does not match"):
+        train.run(cfg, rec)
+    assert rec.tags["resumed_from_step"] == "2" and sorted(rec.metrics) == [1, 2, 3, 4, 5, 6]
+
+    # every checkpoint damaged: the CLI stops with a message naming them and what to do, no traceback
+    damaged = sorted(root.iterdir())
+    for d in damaged:
+        (d / "weights.pt").write_bytes(b"\0" * 100)
+    params = tmp_path / "params.yaml"
+    params.write_text(json.dumps(raw))
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    proc = subprocess.run([sys.executable, "-m", "components.cli", "train", "-p", str(params)], capture_output=True,
+                          text=True, env=env, cwd=Path(__file__).resolve().parents[1], timeout=300)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    err = " ".join(proc.stderr.split())  # rich wraps long lines
+    assert "no usable checkpoint" in err and "Traceback" not in proc.stderr
+    assert len(damaged) == 2 and all(str(d / "weights.pt") in err for d in damaged) and f"delete {root}" in err

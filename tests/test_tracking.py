@@ -88,3 +88,39 @@ def test_decide_rule():
     assert not register.decide("m", 0.5, 0.5, 0.0)[0]
     assert not register.decide("m", 0.55, 0.5, 0.1)[0]
     assert register.decide("m", 0.65, 0.5, 0.1)[0]
+
+
+def _stored_anywhere(db, secret: str) -> bool:
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        for (table,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
+            for row in con.execute(f'SELECT * FROM "{table}"'):
+                if any(secret in str(v) for v in row):
+                    return True
+    return False
+
+
+def test_no_secret_reaches_the_params_table(mlflow_uri, tmp_path, repo_root):
+    """Credentials in a params URL stop the stage before any run; secret-shaped values that reach a run anyway
+    (a config built without validation) are redacted in the real store's params table."""
+    import subprocess
+    import sys
+
+    url = "http://elastic:hunter2@127.0.0.1:9201"
+    env = {**__import__("os").environ, "MLFLOW_TRACKING_URI": mlflow_uri}
+    proc = subprocess.run([sys.executable, "-m", "components.cli", "index", "-p", str(repo_root / "params.yaml"),
+                           "-S", "retrieval.backend=elasticsearch", "-S", f"retrieval.elasticsearch.url={url}"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)  # fmt: skip
+    assert proc.returncode == 1 and "ES_USERNAME/ES_PASSWORD" in " ".join(proc.stderr.split())
+    assert "hunter2" not in proc.stderr + proc.stdout
+
+    cfg = _cfg(tmp_path)
+    es = cfg.retrieval.elasticsearch.model_copy(update={"url": url})  # model_copy does not validate
+    cfg = cfg.model_copy(update={"retrieval": cfg.retrieval.model_copy(update={"elasticsearch": es})})
+    with stage_run(cfg, "index") as tracker:
+        run_id = tracker.run_id
+    params = mlflow.get_run(run_id).data.params
+    assert params["retrieval.elasticsearch.url"] == "http://***@127.0.0.1:9201"
+    db = tmp_path / "mlflow.db"
+    assert db.is_file() and not _stored_anywhere(db, "hunter2")

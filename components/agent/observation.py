@@ -27,4 +27,5 @@ def format_hits(hits: Sequence[Hit], cut: Callable[[str], str] | None = None) ->
 
 
 def error_observation(reason: str) -> str:
+    """Every error text the environment shows the model (parser, schema, tool failures) goes through here."""
     return f"Error: {escape(reason)}"

@@ -8,7 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import jsonschema
 
-from components.agent.observation import format_hits
+from components.agent.observation import error_observation, format_hits
 from components.retrieval.base import SearchBackend, SearchError
 
 
@@ -70,7 +70,7 @@ class SearchTool:
         try:
             hit_lists = self.backend.search(self.alias, queries, self.top_k)
         except SearchError as err:
-            return [ToolResult(f"Error: search failed: {err}", False) for _ in calls]
+            return [ToolResult(error_observation(f"search failed: {err}"), False) for _ in calls]
         results = []
         for hits in hit_lists:
             if not hits:

@@ -59,4 +59,9 @@ class SearchBackend(Protocol):
         """Batched search: one ranked hit list per query. Queries are literal text, never query syntax."""
         ...
 
+    def reseed(self, *key: int) -> None:
+        """Restart tie-breaking from (seed, *key): a caller reseeding per step makes tie orders a pure function
+        of (seed, step), so a resumed run meets the ties an uninterrupted one did."""
+        ...
+
     def close(self) -> None: ...

@@ -260,6 +260,9 @@ class ElasticsearchBackend:
             raise SearchError(f"Elasticsearch at {redact(self.url)}: _msearch returned {len(results)} of {len(texts)}")
         return results
 
+    def reseed(self, *key: int) -> None:
+        """Nothing to reseed: ties keep Elasticsearch's own order (one shard, one merged segment)."""
+
     def close(self) -> None:
         self.client.close()
 

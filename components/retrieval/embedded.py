@@ -9,6 +9,7 @@ so `title:x AND y*` is just the words title, x, y; a query with no known words r
 
 Ties are fair: passages with equal scores are ordered by a random key drawn per call from an rng (the backend's
 own seeded one, or one passed in), never by passage id, so a policy cannot learn to exploit a fixed tie order.
+`reseed(*key)` restarts the backend's rng from (seed, *key); the trainer reseeds per step and per evaluation.
 
 Engine choice: bm25s over tantivy, measured with `benchmarks/bench_embedded.py --compare --repeats 5` on the
 pipeline corpus (wiki + synthetic, 10,018 passages; 500 queries: HotpotQA dev + synthetic dev; k=5), 2-core box
@@ -43,7 +44,7 @@ import scipy.sparse as sp
 
 from components.config import EmbeddedConfig
 from components.data.schema import Passage
-from components.io import atomic_path, write_json, write_text
+from components.io import atomic_path, exclusive, write_json, write_text
 from components.retrieval.base import Hit, IndexVersion, SearchError, corpus_hash
 
 _ALIAS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -81,6 +82,7 @@ class EmbeddedBackend:
     def __init__(self, root: str | Path, cfg: EmbeddedConfig | None = None, seed: int = 0) -> None:
         self.root = Path(root)
         self.cfg = cfg or EmbeddedConfig()
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
         self._stem = _stemmer(self.cfg.stemmer)
         self._loaded: dict[str, _LoadedIndex] = {}
@@ -143,15 +145,16 @@ class EmbeddedBackend:
 
         version = corpus_hash(passages)
         vdir = adir / version
-        meta = self._meta(vdir)
-        created = meta is None or meta.get("settings") != self._settings()
-        if created:
-            with atomic_path(vdir) as tmp:
-                self._write_version(tmp, alias, version, passages)
-        if self.live_version(alias) != version:
-            os.utime(vdir)  # retention keeps the most recently live versions
-            write_text(adir / _LIVE, version + "\n")
-        self._prune(adir, keep=version)
+        with exclusive(adir):  # one writer per alias; temps left by a killed build are removed first
+            meta = self._meta(vdir)
+            created = meta is None or meta.get("settings") != self._settings()
+            if created:
+                with atomic_path(vdir) as tmp:
+                    self._write_version(tmp, alias, version, passages)
+            if self.live_version(alias) != version:
+                os.utime(vdir)  # retention keeps the most recently live versions
+                write_text(adir / _LIVE, version + "\n")
+            self._prune(adir, keep=version)
         return IndexVersion(alias, version, f"{alias}-{version[:12]}", len(passages), created)
 
     def _write_version(self, out: Path, alias: str, version: str, passages: Sequence[Passage]) -> None:
@@ -233,6 +236,9 @@ class EmbeddedBackend:
                 [Hit(index.ids[d], index.titles[d], index.texts[d], float(v)) for d, v in zip(docs[top], vals[top])]
             )
         return results
+
+    def reseed(self, *key: int) -> None:
+        self.rng = np.random.default_rng([self.seed, *key])
 
     def close(self) -> None:
         self._loaded.clear()

@@ -13,7 +13,7 @@ from pathlib import Path
 from components.config import Config
 from components.data.prepare import PASSAGES_FILE, prepared_dir, read_passages
 from components.data.schema import Passage
-from components.io import write_json
+from components.io import exclusive, write_json
 from components.retrieval.factory import index_root, make_backend
 
 MANIFEST = "manifest.json"
@@ -53,7 +53,8 @@ def run(cfg: Config, tracker) -> dict[str, float]:
         backend.close()
     seconds = time.perf_counter() - start
 
-    write_json(manifest_path(cfg), manifest)
+    with exclusive(manifest_path(cfg).parent):  # also clears a killed run's temp manifest
+        write_json(manifest_path(cfg), manifest)
     tracker.log_input(source, context="index.passages")
     tracker.log_dict(manifest, "index_manifest.json")
     docs = sum(m["n_docs"] for m in manifest.values())

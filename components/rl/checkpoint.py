@@ -1,15 +1,19 @@
-"""Atomic training checkpoints: model, optimizer(s), RNG state, step, MLflow run id, unflushed metrics.
+"""Atomic training checkpoints: model, optimizer(s), RNG state, step, MLflow run id, the learning curve so far.
 
 A checkpoint is one directory written through components.io.atomic_path, so a kill -9 leaves either the
-previous checkpoint or the new one, never half of one. Non-finite weights are refused.
+previous checkpoint or the new one, never half of one. Non-finite weights are refused. Each checkpoint carries
+the SHA-256 of its files (SHA256SUMS, written last); a damaged one (a disk fault, a truncated copy) is skipped
+with a warning for the one before it, so two are kept.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +24,53 @@ from components.io import atomic_path
 
 _DIR = re.compile(r"^step-(\d{8})$")
 STATE = "state.json"
+WEIGHTS = "weights.pt"
+SUMS = "SHA256SUMS"
 
 
 class NonFiniteCheckpoint(RuntimeError):
     """Refusing to write a checkpoint whose weights contain NaN or inf."""
 
 
-def latest(root: Path) -> Path | None:
+class CheckpointError(RuntimeError):
+    """No checkpoint under the root can be used; the message names them and what to do."""
+
+
+def all_checkpoints(root: Path) -> list[Path]:
+    """Finished checkpoints, newest first."""
     if not root.is_dir():
-        return None
-    done = [d for d in root.iterdir() if _DIR.match(d.name) and (d / STATE).is_file()]
-    return max(done, key=lambda d: d.name) if done else None
+        return []
+    return sorted((d for d in root.iterdir() if _DIR.match(d.name) and (d / STATE).is_file()), reverse=True)
+
+
+def latest(root: Path) -> Path | None:
+    done = all_checkpoints(root)
+    return done[0] if done else None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify(path: Path) -> str | None:
+    """None if every file matches SHA256SUMS, else what is wrong (naming the file)."""
+    try:
+        sums = dict(reversed(line.split("  ", 1)) for line in (path / SUMS).read_text().splitlines())
+    except (OSError, ValueError) as err:
+        return f"{path / SUMS}: missing or unreadable ({err})"
+    for name in (WEIGHTS, STATE):
+        if name not in sums:
+            return f"{path / SUMS}: no digest for {name}"
+        try:
+            if _sha256(path / name) != sums[name]:
+                return f"{path / name}: SHA-256 does not match {SUMS} (damaged)"
+        except OSError as err:
+            return f"{path / name}: unreadable ({err})"
+    return None
 
 
 def rng_state() -> dict[str, Any]:
@@ -51,7 +91,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save(root: Path, step: int, modules: dict[str, torch.nn.Module], optimizers: dict[str, torch.optim.Optimizer],
-         state: dict[str, Any], keep: int = 1) -> Path:  # fmt: skip
+         state: dict[str, Any], keep: int = 2) -> Path:  # fmt: skip
     for name, m in modules.items():
         for pname, p in m.named_parameters():
             if not torch.isfinite(p).all():
@@ -65,17 +105,38 @@ def save(root: Path, step: int, modules: dict[str, torch.nn.Module], optimizers:
                 "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
                 "rng": rng_state(),
             },
-            tmp / "weights.pt",
+            tmp / WEIGHTS,
         )
         (tmp / STATE).write_text(json.dumps({"step": step, **state}, indent=1), encoding="utf-8")
+        (tmp / SUMS).write_text("".join(f"{_sha256(tmp / n)}  {n}\n" for n in (WEIGHTS, STATE)), encoding="utf-8")
     others = sorted(d for d in root.iterdir() if _DIR.match(d.name) and d != target)
     for old in others[: max(0, len(others) - (keep - 1))]:
         shutil.rmtree(old, ignore_errors=True)
     return target
 
 
+def load_latest(root: Path, modules: dict[str, torch.nn.Module],
+                optimizers: dict[str, torch.optim.Optimizer]) -> dict[str, Any] | None:  # fmt: skip
+    """Load the newest checkpoint that verifies; warn for each damaged one skipped. None when there is none."""
+    bad: list[str] = []
+    for path in all_checkpoints(root):
+        problem = verify(path)
+        if problem is None:
+            if bad:
+                warnings.warn(f"resuming from the older checkpoint {path}", stacklevel=2)
+            return load(path, modules, optimizers)
+        warnings.warn(f"skipping a damaged checkpoint: {problem}", stacklevel=2)
+        bad.append(problem)
+    if bad:
+        raise CheckpointError(
+            f"no usable checkpoint under {root}:\n  " + "\n  ".join(bad) + f"\nRestore them from a backup, or "
+            f"delete {root} to train again from step 0."
+        )
+    return None
+
+
 def load(path: Path, modules: dict[str, torch.nn.Module], optimizers: dict[str, torch.optim.Optimizer]) -> dict[str, Any]:
-    blob = torch.load(path / "weights.pt", map_location="cpu", weights_only=False)
+    blob = torch.load(path / WEIGHTS, map_location="cpu", weights_only=False)
     for k, m in modules.items():
         m.load_state_dict(blob["modules"][k])
     for k, o in optimizers.items():

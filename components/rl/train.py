@@ -25,7 +25,7 @@ from tqdm import tqdm
 from components.config import Config
 from components.data.prepare import QUESTIONS_FILE, prepared_dir, read_questions
 from components.data.schema import Question
-from components.io import atomic_path, write_text
+from components.io import atomic_path
 from components.model.loading import autocast, base_dir, freeze_below, load_model, pick_device, trained_dir
 from components.retrieval.factory import make_backend
 from components.rl import checkpoint as ckpt
@@ -83,6 +83,7 @@ class Trainer:
 
     def step(self, step: int) -> tuple[dict[str, float], list]:
         t0 = time.perf_counter()
+        self.backend.reseed(step, 0)  # retriever ties, like everything else in a step, from (seed, step) alone
         qs = self.sample_questions(step)
         gen = torch.Generator().manual_seed(hash((self.cfg.project.seed, step)) % (2**63))
         stats = RolloutStats()
@@ -220,7 +221,8 @@ class Trainer:
 
     # --- evaluation ----------------------------------------------------------------------------------
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, step: int) -> dict[str, float]:
+        self.backend.reseed(step, 1)
         out = {}
         for name, qs in self.eval_sets.items():
             with self.amp():
@@ -266,20 +268,17 @@ def run(cfg: Config, tracker) -> dict[str, float]:
     root = checkpoint_root(cfg)
     modules = {"policy": trainer.policy} | ({"critic": trainer.critic} if trainer.critic is not None else {})
     optims = {"policy": trainer.opt} | ({"critic": trainer.critic_opt} if trainer.critic_opt is not None else {})
-    start, pending, history = 0, [], {"best_em": None, "steps_to_target": None}
-    last = ckpt.latest(root)
-    if last is not None:
-        state = ckpt.load(last, modules, optims)
-        start, pending, history = state["step"], state.get("pending_metrics", []), state["history"]
-        if not state.get("flushed", True):
-            _flush(tracker, pending)
-        pending = []
-        tracker.set_tags({"resumed_from_step": str(start)})
+    start, pending, curve, history = 0, [], [], {"best_em": None, "steps_to_target": None}
+    state = ckpt.load_latest(root, modules, optims)
+    if state is not None:
+        start, curve, history = state["step"], state["curve"], state["history"]
+        _flush(tracker, curve)  # this run holds every step exactly once: the checkpoint's past, then its own
+        tracker.set_tags({"resumed_from_step": str(start), "resumed_from_run": str(state["run_id"])})
     tracker.set_tags({"train.algorithm": tc.algorithm, "train.backend": "local"})
     target_key = f"dev/{tc.datasets[0]}/em"
     final_eval: dict[str, float] = {}
     if start == 0 and tc.eval_every:
-        final_eval = trainer.evaluate()
+        final_eval = trainer.evaluate(0)
         pending.append((0, final_eval))
     bar = tqdm(range(start, tc.steps), desc=f"train {tc.algorithm}", initial=start, total=tc.steps)
     for step in bar:
@@ -287,7 +286,7 @@ def run(cfg: Config, tracker) -> dict[str, float]:
         metrics, trajs = trainer.step(step)
         n = step + 1
         if tc.eval_every and (n % tc.eval_every == 0 or n == tc.steps):
-            final_eval = trainer.evaluate()
+            final_eval = trainer.evaluate(n)
             metrics.update(final_eval)
             em = final_eval.get(target_key)
             if em is not None:
@@ -302,10 +301,9 @@ def run(cfg: Config, tracker) -> dict[str, float]:
         bar.set_postfix(em=f"{metrics['em']:.2f}", dev=f"{final_eval.get(target_key, float('nan')):.2f}")
         done = history["steps_to_target"] is not None and tc.stop_at_target
         if n % tc.checkpoint_every == 0 or n == tc.steps or done:
-            ckpt.save(root, n, modules, optims, {"run_id": tracker.run_id, "history": history,
-                                                "pending_metrics": pending, "flushed": False})  # fmt: skip
+            curve += pending
+            ckpt.save(root, n, modules, optims, {"run_id": tracker.run_id, "history": history, "curve": curve})
             _flush(tracker, pending)
-            _mark_flushed(root, n)
             pending = []
         if done:
             break
@@ -332,10 +330,3 @@ def _flush(tracker, pending) -> None:
     for n, metrics in pending:
         tracker.log_metrics({f"train/{k}" if "/" not in k else k: v for k, v in metrics.items()
                              if isinstance(v, (int, float)) and math.isfinite(v)}, step=n)  # fmt: skip
-
-
-def _mark_flushed(root: Path, step: int) -> None:
-    state_file = root / f"step-{step:08d}" / ckpt.STATE
-    state = json.loads(state_file.read_text(encoding="utf-8"))
-    state["flushed"] = True
-    write_text(state_file, json.dumps(state, indent=1))

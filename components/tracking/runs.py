@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from components.config import Config, flatten
+from components.secrets import redact_params
 from components.tracking.tracker import MlflowTracker
 
 STAGE_TAG = "agentr1.stage"
@@ -45,7 +46,7 @@ def pipeline_run(cfg: Config, name: str = "pipeline") -> Iterator[str]:
 
     exp_id = setup(cfg)
     with mlflow.start_run(experiment_id=exp_id, run_name=name, tags={STAGE_TAG: "pipeline"}) as run:
-        mlflow.log_params(flatten(cfg))
+        mlflow.log_params(redact_params(flatten(cfg)))  # no secret is ever tracked
         yield run.info.run_id
 
 
@@ -62,5 +63,5 @@ def stage_run(cfg: Config, stage: str, parent_run_id: str | None = None) -> Iter
         parent_run_id=parent_run_id,
         tags={STAGE_TAG: stage},
     ) as run:
-        mlflow.log_params(flatten(cfg))
+        mlflow.log_params(redact_params(flatten(cfg)))  # no secret is ever tracked
         yield MlflowTracker(run.info.run_id)

@@ -1,0 +1,24 @@
+"""Secret-shaped values, kept out of params, messages and tracked runs: URL credentials and secret-named keys."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]*@")
+_SECRET_KEY = re.compile(r"(?i)(^|[._-])(password|passwd|secret|token|api_?key|credentials?)$")
+MASK = "***"
+
+
+def has_url_credentials(text: str) -> bool:
+    return bool(_URL_USERINFO.search(text))
+
+
+def redact_text(text: str) -> str:
+    """`scheme://user:pass@host` -> `scheme://***@host`, anywhere in the text."""
+    return _URL_USERINFO.sub(rf"\1{MASK}@", text)
+
+
+def redact_params(params: Mapping[str, str]) -> dict[str, str]:
+    """Dotted params with secret-named keys masked and URL credentials cut, ready to be tracked."""
+    return {k: MASK if _SECRET_KEY.search(k) else redact_text(str(v)) for k, v in params.items()}
