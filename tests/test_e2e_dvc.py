@@ -100,6 +100,9 @@ def test_full_pipeline_and_algorithm_variant(tmp_path):
     report = json.loads((project / "artifacts" / "metrics" / "eval.json").read_text())
     for system in ("direct", "naive_rag", "base_agent"):
         assert set(report["baseline"][system]["em"]) == {"synthetic", "synthetic_cf", "hotpotqa"}
+    for system in ("direct", "naive_rag"):  # plain-generation baselines also report the strict parse
+        assert set(report["baseline"][system]["em_strict"]) == {"synthetic", "synthetic_cf", "hotpotqa"}
+    assert "em_strict" not in report and "em_strict" not in report["baseline"]["base_agent"]
     assert 0.0 <= report["em"]["synthetic"]["dev"] <= 1.0
     curve = (project / "artifacts" / "train" / "curve.csv").read_text().splitlines()
     assert curve[0].startswith("step,") and len(curve) == 3  # header + 2 steps

@@ -6,6 +6,9 @@ Systems (Agent-R1's comparison):
   direct      the base model answering with no retrieval
   naive_rag   the base model, one retrieval with the question as the query, then the answer
 EM and F1 use the official HotpotQA/SQuAD answer normalisation (components.agent.rewards).
+The agents are scored on their strict <answer> tag; direct and naive RAG on plain generation, with the strict
+parse reported beside it (em_strict, f1_strict, answered_strict). Generation runs in batches of at most
+evaluate.batch_tokens, with a progress bar on a terminal.
 """
 
 from __future__ import annotations

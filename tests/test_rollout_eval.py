@@ -1,0 +1,97 @@
+"""Evaluation in token-budget batches, chunked prefill, the baselines' plain-generation answer, the progress bar."""
+
+import io
+
+import pytest
+import torch
+
+import components.rollout.evaluate as ev
+from components.config import AgentConfig
+from components.rl.toy import make_toy
+from components.rollout.answers import plain_answer
+from components.rollout.engine import RolloutStats, rollout
+from components.rollout.progress import GenerationProgress
+
+STOPS = ("<|im_end|>", "<|endoftext|>")
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    return make_toy(tmp_path_factory.mktemp("toy"), seed=0)
+
+
+@pytest.mark.parametrize(("turn", "answer"), [
+    ("<answer>Paris</answer>", "Paris"),
+    ("<answer>Paris", "Paris"),                                  # no closing tag
+    ("<answer> the Eiffel Tower \n", "the Eiffel Tower"),
+    ("<answer>Paris</answer> because it is the capital", "Paris"),  # text after the closing tag
+    ("<answer>Paris<|im_end|>\nuser: more", "Paris"),             # text after the end of turn
+    ("<answer>Paris<|endoftext|><answer>Rome</answer>", "Paris"),
+    ("Paris", "Paris"),                                          # no prefill in the text
+    ("<answer></answer>", None),                                 # empty answer
+    ("<answer>   ", None),
+    ("<answer><|im_end|>Paris", None),                           # nothing before the end of turn
+    ("", None),
+])  # fmt: skip
+def test_plain_answer(turn, answer):
+    assert plain_answer(turn, STOPS) == answer
+
+
+def test_token_batches_respect_the_budget():
+    bounds = [30, 10, 50, 20, 40, 10, 60, 25]
+    assert ev.token_batches(bounds, 8 * 60) == [list(range(8))]  # everything fits: one batch, given order
+    assert ev.token_batches([], 100) == []
+    for budget in (60, 100, 130, 200):
+        batches = ev.token_batches(bounds, budget)
+        assert sorted(i for b in batches for i in b) == list(range(len(bounds)))
+        assert all(len(b) * max(bounds[i] for i in b) <= budget for b in batches)
+    assert ev.token_batches([500, 10], 100) == [[1], [0]]  # a row over the budget runs alone
+
+
+def test_row_bound():
+    one = AgentConfig(max_turns=1, max_tokens_per_turn=32, max_total_tokens=512)
+    assert ev.row_bound(100, one) == 132 and ev.row_bound(500, one) == 512 and ev.row_bound(600, one) == 600
+    assert ev.row_bound(100, AgentConfig(max_turns=3, max_total_tokens=512)) == 512
+
+
+@pytest.mark.parametrize("mode", ["agent", "direct", "naive_rag"])
+def test_budget_batches_give_the_one_batch_results(toy, mode, monkeypatch):
+    qs = toy.world.questions("dev")[:12]
+    one = ev.evaluate_agent(toy.model, toy.tokenizer, qs, toy.backend, toy.agent, 3, mode=mode)
+    sizes = []
+
+    def spy(model, chat, env, questions, *a, **k):
+        sizes.append(len(questions))
+        return rollout(model, chat, env, questions, *a, **k)
+
+    monkeypatch.setattr(ev, "rollout", spy)
+    budget = 3 * toy.agent.max_total_tokens if mode == "agent" else 150  # single-turn rows: prompt + 16 tokens
+    split = ev.evaluate_agent(toy.model, toy.tokenizer, qs, toy.backend, toy.agent, 3, mode=mode, batch_tokens=budget)
+    assert len(sizes) > 1 and max(sizes) <= 3 and sum(sizes) == len(qs)
+    assert [r.question_id for r in split] == [q.id for q in qs]
+    assert split == one
+
+
+def test_chunked_prefill_matches_one_forward(toy):
+    """Feeding prompts and observations 5 columns at a time gives the same episodes."""
+    qs = toy.world.questions("train")[:8]
+    a = rollout(toy.model, toy.chat, toy.env(), qs, toy.agent, temperature=1.0, generator=torch.Generator().manual_seed(3))
+    b = rollout(toy.model, toy.chat, toy.env(), qs, toy.agent, temperature=1.0, generator=torch.Generator().manual_seed(3),
+                prefill_chunk=5)  # fmt: skip
+    assert [t.input_ids for t in a] == [t.input_ids for t in b]
+    for x, y in zip(a, b):
+        assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-5)
+
+
+def test_progress_counts_questions_and_tokens(toy):
+    qs = toy.world.questions("train")[:6]
+    out, stats = io.StringIO(), RolloutStats()
+    with GenerationProgress(len(qs), "test", file=out, disable=False, refresh_s=0.0) as bar:
+        rollout(toy.model, toy.chat, toy.env(), qs, toy.agent, temperature=0.0, stats=stats, progress=bar)
+    assert bar.tokens == stats.generated_tokens > 0 and bar.bar.n == len(qs)
+    assert "tok/s" in out.getvalue() and f"{len(qs)}/{len(qs)}" in out.getvalue()
+
+
+def test_progress_is_silent_when_stderr_is_not_a_terminal(toy, capsys):
+    ev.evaluate_agent(toy.model, toy.tokenizer, toy.world.questions("dev")[:3], toy.backend, toy.agent, 3, mode="direct")
+    assert capsys.readouterr().err == ""
