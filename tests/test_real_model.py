@@ -111,3 +111,18 @@ def test_evaluate_four_questions(real):
     assert [r.question_id for r in res] == [q.id for q in questions[2:6]]
     assert all(0 <= s[k] <= 1 for k in ("em", "f1", "answered")) and 0 <= s["searches"] <= cfg.agent.max_turns
     assert all(1 <= r.turns <= cfg.agent.max_turns and r.transcript.startswith("Q: ") for r in res)
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"])
+def test_every_algorithm_updates_the_real_model(real, episodes, algorithm):
+    cfg, *_ = real
+    base, trajs = episodes
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"algorithm": algorithm})})
+    trainer = Trainer(cfg, copy.deepcopy(base.policy), base.tok, base.backend, base.train_qs, {})
+    trajs = copy.deepcopy(trajs)
+    trajs[0].rewards[trajs[0].last_action_index()] += 1.0  # injected, so every estimator has a non-zero advantage
+    before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters() if p.requires_grad}
+    metrics = trainer.update(collate(trajs, trainer.chat.pad_id), step=0)
+    assert metrics["skipped_nonfinite"] == 0 and metrics["grad_norm"] > 0
+    assert ("value_loss" in metrics) == (algorithm == "ppo")
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.policy.named_parameters() if n in before)
