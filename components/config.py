@@ -423,16 +423,22 @@ def parse_config(raw: dict[str, Any], source: str = "params.yaml") -> Config:
         raise ConfigError(_describe(err, source)) from None
 
 
-def load_config(path: str | Path = "params.yaml", overrides: dict[str, Any] | None = None) -> Config:
-    path = Path(path)
+def _read_mapping(path: Path, missing: str) -> dict[str, Any]:
+    """A YAML file whose top level is a mapping; `missing` is the message when the file does not exist."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
+        raise ConfigError(missing) from None
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(raw).__name__}")
+    return raw
+
+
+def load_config(path: str | Path = "params.yaml", overrides: dict[str, Any] | None = None) -> Config:
+    path = Path(path)
+    raw = _read_mapping(path, f"{path}: file not found")
     overrides = overrides or {}
     profile = overrides.get("profile", raw.get("profile"))
     if profile:
@@ -447,14 +453,7 @@ PROFILES_DIR = "profiles"
 
 def apply_profile(raw: dict[str, Any], profile_path: Path) -> dict[str, Any]:
     """params.yaml with a profile's keys laid over it (the profile wins; lists are replaced whole)."""
-    try:
-        overlay = yaml.safe_load(profile_path.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"profile: {profile_path} not found (profiles are files in {PROFILES_DIR}/)") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{profile_path}: not valid YAML: {err}") from None
-    if not isinstance(overlay, dict):
-        raise ConfigError(f"{profile_path}: top level must be a mapping, got {type(overlay).__name__}")
+    overlay = _read_mapping(profile_path, f"profile: {profile_path} not found (profiles are files in {PROFILES_DIR}/)")
 
     def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
         out = dict(base)
