@@ -97,7 +97,8 @@ def _transcripts(results: Sequence[AgentResult]) -> str:
 
 def _csv(rows: list[dict]) -> str:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    fields = list(dict.fromkeys(k for row in rows for k in row))  # plain baselines add the *_strict columns
+    writer = csv.DictWriter(buf, fieldnames=fields)
     writer.writeheader()
     writer.writerows(rows)
     return buf.getvalue()
