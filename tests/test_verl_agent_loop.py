@@ -124,6 +124,21 @@ def test_valid_call_observation_mask_and_process_reward(setup):
     assert rm.sum().item() == pytest.approx(1.0 + VALID_NEW_SUPPORTING)
 
 
+def test_response_is_the_chat_template_transcript(setup):
+    """The model's stop token is the template's end of turn, and the response is what the chat template renders:
+    verl's token merge plus our TurnEndBuilder add the rest of the turn end (ChatML: "\n") outside the mask."""
+    cfg, _, _, tok = setup
+    suffix = assistant_turn_suffix(tok)
+    assert suffix.startswith(tok.eos_token) and tok.eos_token != tok.pad_token
+    _, out = episode(setup, [VALID, ANSWER])
+    hits = make_backend(cfg).search("toy", ["capital of France"], cfg.retrieval.top_k)[0]
+    expected = VALID + suffix + render_tool_turn(tok, format_hits(hits)) + ANSWER + tok.eos_token
+    assert out.response_ids == tok.encode(expected, add_special_tokens=False)
+    first_turn_end = segment_ends(out.response_mask)[0]
+    assert tok.decode(out.response_ids[: first_turn_end + 1]) == VALID + tok.eos_token
+    assert out.response_mask[first_turn_end + 1] == 0  # the inserted turn end is not an action
+
+
 def test_invalid_calls_get_penalty_and_project_observation(setup):
     _, _, _, tok = setup
     loop, out = episode(setup, [UNKNOWN, STRING_ARGS, VALID, ANSWER])
