@@ -18,13 +18,13 @@ from verl.tools.tool_registry import load_all_tools
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
 
-from components.agent.observation import format_hits
-from components.agent.prompts import initial_messages
+from components.agent.observation import error_observation, format_hits
+from components.agent.prompts import assistant_turn_suffix, initial_messages, render_tool_turn
 from components.retrieval.factory import make_backend
 from components.verl_backend.agent_loop import ProcessRewardOutput, agent_loop_config
 from components.verl_backend.reward import compute_score
 from components.verl_backend.tool import AgentR1SearchTool, write_tool_config
-from tests.test_verl_fixtures import REWARD, cfg, tiny_tokenizer, verl_config  # noqa: F401
+from tests.test_verl_fixtures import REWARD, cfg, smollm2, tokenizer, verl_config  # noqa: F401
 
 VALID = '<tool_call>{"name": "search", "arguments": {"query": "capital of France"}}</tool_call>'
 STRING_ARGS = '<tool_call>{"name": "search", "arguments": "capital"}</tool_call>'
@@ -51,10 +51,10 @@ class ScriptedServer:
 
 
 @pytest.fixture
-def setup(cfg, tmp_path):  # noqa: F811
+def setup(cfg, tmp_path, tokenizer):  # noqa: F811
     path = write_tool_config(cfg, tmp_path / "tool_config.yaml")
     tools = load_all_tools(tool_config_path=str(path), function_tool_path=None)
-    return cfg, tools, verl_config(cfg), tiny_tokenizer()
+    return cfg, tools, verl_config(cfg), tokenizer
 
 
 def make_loop(setup, turns):
@@ -83,6 +83,12 @@ def episode(setup, turns, corpus="toy", supporting=("fr",)):
     return loop, loop.loop.run_until_complete(loop.run({"temperature": 1.0}, **kwargs))  # verl's event loop
 
 
+def tool_turn_head(tok) -> str:
+    """What the tokenizer's chat template writes before a tool message's content (e.g. "<tool_response>\n")."""
+    turn = render_tool_turn(tok, "\x00")
+    return turn[: turn.index("\x00")]
+
+
 def segment_ends(mask):
     return [i for i, m in enumerate(mask) if m and (i + 1 == len(mask) or not mask[i + 1])]
 
@@ -100,7 +106,7 @@ def test_valid_call_observation_mask_and_process_reward(setup):
     assert isinstance(out, ProcessRewardOutput)
     text = tok.decode(out.response_ids)
     hits = make_backend(cfg).search("toy", ["capital of France"], cfg.retrieval.top_k)[0]
-    assert format_hits(hits) in text  # the project's observation format, inside verl's tool turn
+    assert render_tool_turn(tok, format_hits(hits)) in text  # the project's observation, in the template's tool turn
     mask = out.response_mask
     first_turn_end, answer_end = segment_ends(mask)
     assert tok.decode(out.response_ids[: first_turn_end + 1]).startswith(VALID)
@@ -118,11 +124,26 @@ def test_valid_call_observation_mask_and_process_reward(setup):
     assert rm.sum().item() == pytest.approx(1.0 + VALID_NEW_SUPPORTING)
 
 
+def test_response_is_the_chat_template_transcript(setup):
+    """The model's stop token is the template's end of turn, and the response is what the chat template renders:
+    verl's token merge plus our TurnEndBuilder add the rest of the turn end (ChatML: "\n") outside the mask."""
+    cfg, _, _, tok = setup
+    suffix = assistant_turn_suffix(tok)
+    assert suffix.startswith(tok.eos_token) and tok.eos_token != tok.pad_token
+    _, out = episode(setup, [VALID, ANSWER])
+    hits = make_backend(cfg).search("toy", ["capital of France"], cfg.retrieval.top_k)[0]
+    expected = VALID + suffix + render_tool_turn(tok, format_hits(hits)) + ANSWER + tok.eos_token
+    assert out.response_ids == tok.encode(expected, add_special_tokens=False)
+    first_turn_end = segment_ends(out.response_mask)[0]
+    assert tok.decode(out.response_ids[: first_turn_end + 1]) == VALID + tok.eos_token
+    assert out.response_mask[first_turn_end + 1] == 0  # the inserted turn end is not an action
+
+
 def test_invalid_calls_get_penalty_and_project_observation(setup):
     _, _, _, tok = setup
     loop, out = episode(setup, [UNKNOWN, STRING_ARGS, VALID, ANSWER])
     text = tok.decode(out.response_ids)
-    assert "<tool_response>\nError: unknown tool 'lookup'\n</tool_response>" in text
+    assert render_tool_turn(tok, error_observation("unknown tool 'lookup'")) in text
     assert "Error: arguments: 'capital' is not of type 'object'" in text
     ends = segment_ends(out.response_mask)
     assert [p for p, _ in out.process_rewards] == ends[:3]
@@ -157,7 +178,7 @@ def test_backend_failure_is_an_invalid_call_not_a_crash(setup):
     _, _, _, tok = setup
     _, out = episode(setup, [VALID, ANSWER], corpus="missing")
     text = tok.decode(out.response_ids)
-    assert "<tool_response>\nError: search failed: index 'missing': no live version" in text
+    assert tool_turn_head(tok) + "Error: search failed: index 'missing': no live version" in text
     assert [r for _, r in out.process_rewards] == pytest.approx([INVALID])
 
 

@@ -1,4 +1,5 @@
-"""Prepared questions exported to verl's parquet schema and read back by verl's RLHFDataset with the tiny tokenizer."""
+"""Prepared questions exported to verl's parquet schema and read back by verl's RLHFDataset, with the tiny
+tokenizer and with the real model's (SmolLM2, ChatML)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,26 @@ from components.agent.prompts import SYSTEM_PROMPT
 from components.data.prepare import QUESTIONS_FILE, prepared_dir, write_questions
 from components.data.schema import DataError, Question
 from components.verl_backend.export import AGENT_NAME, export
-from tests.test_verl_fixtures import make_cfg, tiny_tokenizer, verl_config
+from tests.test_verl_fixtures import make_cfg, smollm2, tokenizer, verl_config  # noqa: F401
 
 QUESTIONS = [
-    Question("q1", "What is the capital of France?", ["Paris"], "toyqa", "train", ["fr"], "toy"),
-    Question("q2", "What is the capital of Italy?", ["Rome", "Roma"], "toyqa", "train", [], "toy"),
-    Question("q3", "What is the capital of Germany?", ["Berlin"], "toyqa", "dev", ["de"], "toy"),
-    Question("q4", "Which city is on the Nile?", ["Cairo"], "other", "dev", ["eg"], "wiki"),
+    Question("q1", "What is the capital of France?", ["Paris"], "synthetic", "train", ["fr"], "toy"),
+    Question("q2", "What is the capital of Italy?", ["Rome", "Roma"], "synthetic", "train", [], "toy"),
+    Question("q3", "What is the capital of Germany?", ["Berlin"], "synthetic", "dev", ["de"], "toy"),
+    Question("q4", "Which city is on the Nile?", ["Cairo"], "hotpotqa", "dev", ["eg"], "wiki"),
+    Question("q5", "Which city is on the Thames?", ["London"], "hotpotqa", "train", ["uk"], "wiki"),
+    Question("q6", "What is the capital of Spain?", ["Madrid"], "synthetic_cf", "train", [], "toy"),
+    Question("q7", "What is the capital of Spain?", ["Paris"], "synthetic_cf", "dev", [], "toy"),
+    Question("q8", "What is the capital of Italy?", ["Rome"], "synthetic", "dev", [], "toy"),
 ]
 
 
-def prepared(tmp_path, questions=QUESTIONS):
-    cfg = make_cfg(tmp_path)
+def ids(path) -> list[str]:
+    return list(pd.read_parquet(path)["extra_info"].map(lambda e: e["id"]))
+
+
+def prepared(tmp_path, questions=QUESTIONS, **train):
+    cfg = make_cfg(tmp_path, **train)
     prepared_dir(cfg).mkdir(parents=True, exist_ok=True)
     write_questions(prepared_dir(cfg) / QUESTIONS_FILE, questions)
     return cfg
@@ -30,11 +39,11 @@ def prepared(tmp_path, questions=QUESTIONS):
 def test_export_schema(tmp_path):
     cfg = prepared(tmp_path)
     paths = export(cfg, tmp_path / "verl", eval_questions=1)
-    train, val = pd.read_parquet(paths["train"]), pd.read_parquet(paths["val"])
-    assert list(train["extra_info"].map(lambda e: e["id"])) == ["q1", "q2"]
-    assert len(val) == 1 and val["extra_info"][0]["id"] == "q3"
+    train = pd.read_parquet(paths["train"])
+    assert ids(paths["train"]) == ["q1", "q2"]  # train.datasets' train split only, as the local trainer
+    assert ids(paths["val"]) == ["q3", "q7"]  # their dev split, capped per dataset, plus the counterfactual set
     row = train.iloc[1]
-    assert row["data_source"] == "toyqa" and row["agent_name"] == AGENT_NAME
+    assert row["data_source"] == "synthetic" and row["agent_name"] == AGENT_NAME
     assert [m["role"] for m in row["prompt"]] == ["system", "user"]
     assert row["prompt"][0]["content"] == SYSTEM_PROMPT and "<tool_call>" in SYSTEM_PROMPT
     assert list(row["reward_model"]["ground_truth"]) == ["Rome", "Roma"]
@@ -42,25 +51,34 @@ def test_export_schema(tmp_path):
     assert row["extra_info"]["tools_kwargs"]["search"]["create_kwargs"]["corpus"] == "toy"
 
 
-def test_rlhf_dataset_reads_our_parquet(tmp_path):
+def test_export_takes_only_train_datasets(tmp_path):
+    paths = export(prepared(tmp_path, datasets=["synthetic_cf"]), tmp_path / "verl")
+    assert ids(paths["train"]) == ["q6"] and ids(paths["val"]) == ["q7"]  # q1-q5: other datasets
+    paths = export(prepared(tmp_path, datasets=["synthetic"]), tmp_path / "all")
+    assert ids(paths["val"]) == ["q3", "q8", "q7"]  # no cap: every dev question of the datasets
+
+
+def test_rlhf_dataset_reads_our_parquet(tmp_path, tokenizer):  # noqa: F811
     cfg = prepared(tmp_path)
     paths = export(cfg, tmp_path / "verl")
     data_cfg = verl_config(cfg).data
-    ds = RLHFDataset(str(paths["train"]), tiny_tokenizer(), data_cfg)
+    ds = RLHFDataset(str(paths["train"]), tokenizer, data_cfg)
     assert len(ds) == 2
     item = ds[0]
     assert item["raw_prompt"][1]["content"] == "Question: What is the capital of France?"
     assert item["agent_name"] == AGENT_NAME and item["index"] == 0
     assert item["tools_kwargs"] == {"search": {"create_kwargs": {"corpus": "toy", "supporting_ids": ["fr"]}}}
     assert list(item["reward_model"]["ground_truth"]) == ["Paris"]
+    prompt = tokenizer.apply_chat_template(item["raw_prompt"], tokenize=False, add_generation_prompt=True)
+    assert SYSTEM_PROMPT in prompt and prompt.count(SYSTEM_PROMPT) == 1  # ours, not the template's default
 
 
-def test_rlhf_dataset_drops_prompts_longer_than_max_prompt_length(tmp_path):
+def test_rlhf_dataset_drops_prompts_longer_than_max_prompt_length(tmp_path, tokenizer):  # noqa: F811
     cfg = prepared(tmp_path)
     paths = export(cfg, tmp_path / "verl")
     data_cfg = verl_config(cfg).data
     data_cfg.max_prompt_length = 8  # shorter than the system prompt alone
-    assert len(RLHFDataset(str(paths["train"]), tiny_tokenizer(), data_cfg)) == 0
+    assert len(RLHFDataset(str(paths["train"]), tokenizer, data_cfg)) == 0
 
 
 def test_missing_prepared_file_names_it(tmp_path):
@@ -70,7 +88,7 @@ def test_missing_prepared_file_names_it(tmp_path):
 
 
 def test_no_dev_split_is_a_data_error_and_writes_nothing(tmp_path):
-    cfg = prepared(tmp_path, [q for q in QUESTIONS if q.split == "train"])
-    with pytest.raises(DataError, match=r"questions.parquet: no questions in split 'dev'"):
+    cfg = prepared(tmp_path, [q for q in QUESTIONS if q.split == "train" or q.dataset == "hotpotqa"])
+    with pytest.raises(DataError, match=r"questions.parquet: no questions in split 'dev' of train.datasets=\['synthetic'\]"):
         export(cfg, tmp_path / "verl")
     assert not (tmp_path / "verl" / "train.parquet").exists()

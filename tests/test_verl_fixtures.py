@@ -52,6 +52,22 @@ def tiny_tokenizer():
     return build_tokenizer(texts, vocab_size=400)
 
 
+TOKENIZERS = ["tiny", "smollm2"]  # the tiny model's, and the real model's (SmolLM2's ChatML template)
+
+
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory):
+    from tests.real_tokenizer import smollm2_tokenizer
+
+    return smollm2_tokenizer(tmp_path_factory.mktemp("smollm2_tokenizer"))
+
+
+@pytest.fixture(params=TOKENIZERS)
+def tokenizer(request):
+    """Each verl test that takes this runs with both tokenizers and their chat templates."""
+    return tiny_tokenizer() if request.param == "tiny" else request.getfixturevalue("smollm2")
+
+
 def save_tiny_model(cfg: Config) -> Path:
     """A small Qwen2 model + tokenizer where the base_model stage puts it (verl reads its config for PPO's critic)."""
     from components.config import TinyModelConfig

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import shlex
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
+from components.config import load_config
 from components.verl_backend import launch
 from components.verl_backend.config import VerlConfig
 from tests.test_verl_fixtures import make_cfg, save_tiny_model
 
+ROOT = Path(__file__).resolve().parents[1]
 ALGORITHMS = ["ppo", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"]
 EXPECTED = {
     "ppo": "gae",
@@ -28,6 +31,7 @@ def accepted(tmp_path_factory):
     root = tmp_path_factory.mktemp("launch")
     cfgs = {a: make_cfg(root / a, algorithm=a, kl_coef=0.01 if a == "grpo" else 0.0) for a in ALGORITHMS}
     save_tiny_model(cfgs["ppo"])  # the critic's config reads the model's
+    cfgs["real"] = load_config(ROOT / "params.yaml", {"profile": "real"})  # SmolLM2 (`-S profile=real`)
     with ThreadPoolExecutor(len(cfgs)) as pool:
         jobs = dict(zip(cfgs, pool.map(launch.compose, cfgs.values())))
     return {a: (cfgs[a], launch.validate(job)) for a, job in jobs.items()}
@@ -52,6 +56,18 @@ def test_verl_accepts_every_algorithm(accepted, algorithm):
     assert "mlflow" in job.trainer.logger
     assert job.reward.custom_reward_function.path.endswith("components/verl_backend/reward.py")
     assert job.reward.custom_reward_function.reward_kwargs.format_penalty == cfg.agent.reward.format_penalty
+
+
+def test_verl_accepts_the_real_profile(accepted):
+    """The real profile's model source is a GGUF; verl trains the base_model stage's HF directory made from it."""
+    cfg, job = accepted["real"]
+    assert cfg.model.name_or_path.endswith(".gguf")
+    assert job.actor_rollout_ref.model.path == str(cfg.artifacts.resolve() / "models" / "base")
+    rollout = job.actor_rollout_ref.rollout
+    assert rollout.multi_turn.max_assistant_turns == cfg.agent.max_turns == 3
+    assert rollout.n == cfg.train.group_size and job.data.train_batch_size == cfg.train.questions_per_step
+    assert job.reward.custom_reward_function.reward_kwargs.answer_metric == cfg.agent.reward.answer_metric == "f1"
+    assert job.actor_rollout_ref.actor.optim.lr == cfg.train.lr
 
 
 def test_kl_settings_reach_the_actor(accepted):

@@ -1,5 +1,5 @@
 """Our compute_score, loaded the way verl loads it (reward.custom_reward_function + reward_kwargs from params),
-scoring responses through verl's own reward manager."""
+scoring responses through verl's own reward manager, with the tiny tokenizer and the real model's (SmolLM2)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ import torch
 from verl import DataProto
 from verl.trainer.ppo.reward import load_reward_manager
 
+from components.agent.prompts import render_tool_turn
 from components.verl_backend.reward import compute_score, final_answer
-from tests.test_verl_fixtures import REWARD, make_cfg, tiny_tokenizer, verl_config
+from tests.test_verl_fixtures import REWARD, TOKENIZERS, make_cfg, smollm2, tiny_tokenizer, verl_config  # noqa: F401
 
 
-@pytest.fixture(scope="module")
-def manager(tmp_path_factory):
+@pytest.fixture(scope="module", params=TOKENIZERS)
+def manager(request, tmp_path_factory):
     cfg = make_cfg(tmp_path_factory.mktemp("reward"))
-    tok = tiny_tokenizer()
+    tok = tiny_tokenizer() if request.param == "tiny" else request.getfixturevalue("smollm2")
     return load_reward_manager(verl_config(cfg), tok), tok
 
 
@@ -45,11 +46,12 @@ def test_manager_uses_our_compute_score_with_params_kwargs(manager):
 
 
 def test_correct_answer_after_a_search(manager):
+    tok = manager[1]  # a response as verl builds it: model turn, stop token, the template's tool turn, model turn
     response = (
-        '<tool_call>{"name": "search", "arguments": {"query": "France"}}</tool_call><|im_end|>\n'
-        "<|im_start|>user\n<tool_response>\n[1] France: Paris is the capital.\n</tool_response><|im_end|>\n"
-        "<|im_start|>assistant\n<answer> the Paris </answer><|im_end|>"
-    )
+        '<tool_call>{"name": "search", "arguments": {"query": "France"}}</tool_call>' + tok.eos_token
+        + render_tool_turn(tok, "[1] France: Paris is the capital.")
+        + "<answer> the Paris </answer>" + tok.eos_token
+    )  # fmt: skip
     out = score(manager, response, ["Paris", "Paris, France"])
     assert out["reward_score"] == 1.0
     assert out["reward_extra_info"] == {"score": 1.0, "em": 1.0, "f1": 1.0, "answered": 1.0}

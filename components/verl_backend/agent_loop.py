@@ -17,8 +17,10 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.tool_agent_loop import AgentData, AgentState, ToolAgentLoop
 from verl.experimental.agent_loop.tool_parser import FunctionCall
 from verl.tools.schemas import ToolResponse
+from verl.utils.tokenizer.continuous_token import ContinuousTokenBuilder, MergeResult
 
 from components.agent.observation import error_observation
+from components.agent.prompts import assistant_turn_suffix
 from components.agent.rewards import process_reward
 from components.config import RewardConfig
 from components.verl_backend import estimator  # noqa: F401  (registers grpo_process wherever this loop runs)
@@ -42,11 +44,38 @@ class ProcessRewardOutput(AgentLoopOutput):
         return out
 
 
+class TurnEndBuilder(ContinuousTokenBuilder):
+    """verl's default builder, plus what the chat template writes after the model's stop token (ChatML: "\n").
+
+    verl adds it only for the model types it knows (Qwen); a Llama-type model with a ChatML template (SmolLM2)
+    would otherwise train on `<|im_end|><|im_start|>tool` but see `<|im_end|>\n<|im_start|>` at inference
+    (components/rollout inserts the same suffix). The inserted tokens are outside the response mask.
+    """
+
+    def __init__(self, tokenizer: Any, **kwargs: Any):
+        super().__init__(tokenizer, **kwargs)
+        stop, suffix = tokenizer.eos_token or "", assistant_turn_suffix(tokenizer)
+        rest = suffix[len(stop) :] if stop and suffix.startswith(stop) else ""
+        self._stop_id, self._rest_ids = tokenizer.eos_token_id, tokenizer.encode(rest, add_special_tokens=False)
+
+    def _merge_context_token_ids(self, runtime_token_ids: list[int], appended_token_ids: list[int], **kwargs: Any):
+        prefix, inserted = list(runtime_token_ids), []
+        if prefix and prefix[-1] == self._stop_id:
+            inserted = list(self._rest_ids)
+        return MergeResult(token_ids=prefix + inserted + list(appended_token_ids),
+                           appended_token_count=len(appended_token_ids), kind="context",
+                           inserted_token_ids=inserted)  # fmt: skip
+
+
 @register(AGENT_NAME)
 class AgentR1ToolAgentLoop(ToolAgentLoop):
     def __init__(self, *args: Any, reward: dict | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.reward_weights = RewardConfig(**(reward or {}))
+        if type(self.continuous_token_builder) is ContinuousTokenBuilder and self.tokenizer.chat_template:
+            self.continuous_token_builder = TurnEndBuilder(
+                self.tokenizer, chat_template_kwargs=self.apply_chat_template_kwargs
+            )
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         output = await super().run(sampling_params, **kwargs)

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from components.agent.prompts import SYSTEM_PROMPT, initial_messages
+from components.rl.train import COUNTERFACTUAL, SYNTHETIC, split_questions
 from components.data.prepare import QUESTIONS_FILE, prepared_dir, read_questions
 from components.data.schema import DataError, Question
 from components.io import atomic_path
@@ -48,18 +49,23 @@ def write_split(questions: Sequence[Question], path: str | Path, system_prompt: 
 
 
 def export(cfg, out_dir: str | Path, eval_questions: int | None = None) -> dict[str, Path]:
-    """Write train.parquet and val.parquet under `out_dir`; returns their paths."""
+    """Write train.parquet and val.parquet under `out_dir`; returns their paths.
+
+    `eval_questions` caps each dataset's val questions."""
     source = prepared_dir(cfg) / QUESTIONS_FILE
     if not source.exists():
         raise FileNotFoundError(f"{source}: prepared questions not found (run the prepare stage)")
     questions = read_questions(source)
+    datasets = cfg.train.datasets  # as the local trainer: train.datasets' train split, their dev split for val
+    val_sets = [*datasets, COUNTERFACTUAL] if SYNTHETIC in datasets else datasets
     splits = {
-        "train": [q for q in questions if q.split == TRAIN_SPLIT],
-        "val": [q for q in questions if q.split == EVAL_SPLIT][:eval_questions],
+        "train": split_questions(questions, datasets, TRAIN_SPLIT),
+        "val": [q for ds in val_sets for q in split_questions(questions, [ds], EVAL_SPLIT)[:eval_questions]],
     }
     for name, qs in splits.items():
         if not qs:
-            raise DataError(f"{source}: no questions in split {TRAIN_SPLIT if name == 'train' else EVAL_SPLIT!r}")
+            split = TRAIN_SPLIT if name == "train" else EVAL_SPLIT
+            raise DataError(f"{source}: no questions in split {split!r} of train.datasets={list(datasets)}")
         bad = next((q for q in qs if not q.answers), None)
         if bad is not None:
             raise DataError(f"{source}: question {bad.id!r} has no answers")

@@ -76,9 +76,8 @@ def paths(cfg: Config) -> Paths:
 def model_path(cfg: Config, v: VerlConfig) -> str:
     if v.model_path:
         return v.model_path
-    if cfg.model.name_or_path != "tiny":
-        return cfg.model.name_or_path
-    return str(cfg.artifacts.resolve() / "models" / "base")
+    # the base_model stage turns every source (tiny, GGUF, HF dir, hub id) into this HF directory
+    return str(cfg.artifacts.resolve() / "models" / "base")  # = components.model.loading.base_dir
 
 
 def has_process_rewards(cfg: Config) -> bool:
