@@ -47,14 +47,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("-S", "--set", action="append", default=[], help="override, e.g. -S train.steps=10")
-    ap.add_argument("--stages", default="base_model,train,evaluate")
+    ap.add_argument("--stages", default="base_model,train,evaluate",
+                    help="comma-separated; empty to only render the table of a finished run (e.g. dvc exp run)")
     ap.add_argument("--out", default="benchmarks/results/real_model.md")
     args = ap.parse_args()
     apply_defaults()
     overrides = {"profile": "real"} | {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
     cfg = load_config(args.params, overrides)
     seconds = {}
-    for stage in args.stages.split(","):
+    for stage in filter(None, args.stages.split(",")):
         t0 = time.perf_counter()
         run_stage(stage, cfg)
         seconds[stage] = time.perf_counter() - t0
@@ -63,7 +64,7 @@ def main() -> None:
     curve = list(csv.DictReader((cfg.artifacts / "train" / "curve.csv").open()))
     lines = [f"# Real profile (SmolLM2-135M-Instruct, dequantised Q4_1 GGUF), {time.strftime('%Y-%m-%d')}", "",
              f"Machine: {machine()}. Overrides: {overrides}.", "",
-             "Wall time: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in seconds.items()) + f"; "
+             "Wall time: " + (", ".join(f"{k} {v / 60:.1f} min" for k, v in seconds.items()) or "not timed here") + "; "
              f"train steps: {len(curve) - 1 if curve and curve[0]['step'] == '0' else len(curve)}.", ""]  # fmt: skip
     for spec in cfg.evaluate.sets:
         name = f"{spec.dataset}/{spec.split}"
