@@ -1,7 +1,8 @@
 """The `train` stage: dispatch to the configured backend, then record the learning curve and the model URI.
 
 Both backends produce the same outputs, so evaluate and register take either unchanged:
-artifacts/models/trained (HF format), artifacts/train/model.json (MLflow model URI), artifacts/train/curve.csv.
+artifacts/models/trained (HF format), artifacts/train/model.json (MLflow model URI), artifacts/train/curve.csv
+(every metric per step) and artifacts/train/dev_curve.csv (dev EM/F1 per evaluation step, the DVC plot).
 """
 
 from __future__ import annotations
@@ -57,6 +58,19 @@ class CurveRecorder(NullTracker):
             writer.writerow({"step": step, **self.rows[step]})
         return out.getvalue()
 
+    def dev_csv(self, target: str) -> str:
+        """Steps with a dev evaluation: EM/F1 of `dev/<target>` and the EM averaged over every dev set."""
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(["step", "em", "f1", "mean_em"])
+        for step in sorted(self.rows):
+            row = self.rows[step]
+            ems = [v for k, v in row.items() if k.startswith("dev/") and k.endswith("/em")]
+            if ems:
+                writer.writerow([step, row.get(f"dev/{target}/em", ""), row.get(f"dev/{target}/f1", ""),
+                                 sum(ems) / len(ems)])  # fmt: skip
+        return out.getvalue()
+
 
 def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     recorder = CurveRecorder(tracker)
@@ -70,6 +84,7 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     if recorder.model_uri is None and tracker.run_id is not None:
         recorder.log_model(trained, "agent")
     write_text(cfg.artifacts / "train" / "curve.csv", recorder.csv())
+    write_text(cfg.artifacts / "train" / "dev_curve.csv", recorder.dev_csv(cfg.train.datasets[0]))
     write_json(
         cfg.artifacts / "train" / "model.json",
         {"model_uri": recorder.model_uri, "run_id": tracker.run_id, "path": str(trained), "backend": cfg.train.backend},

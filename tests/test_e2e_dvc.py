@@ -106,6 +106,8 @@ def test_full_pipeline_and_algorithm_variant(tmp_path):
     assert 0.0 <= report["em"]["synthetic"]["dev"] <= 1.0
     curve = (project / "artifacts" / "train" / "curve.csv").read_text().splitlines()
     assert curve[0].startswith("step,") and len(curve) == 3  # header + 2 steps
+    dev_curve = (project / "artifacts" / "train" / "dev_curve.csv").read_text().splitlines()
+    assert dev_curve == ["step,em,f1,mean_em"]  # train.eval_every 0: the DVC plot exists, with no dev points
 
     client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     champion = client.get_model_version_by_alias("agentr1-search-agent", "champion")
