@@ -33,13 +33,21 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, torch threads from train.num_threads"
 
 
-def table(report: dict, name: str) -> list[str]:
-    lines = [f"| system | EM | F1 | answered | searches | turns |", "|---|---|---|---|---|---|"]
+def _metrics(report: dict, system: str) -> dict:
+    """eval.json keeps the trained agent at the top level and every other system under `baseline`."""
+    return report if system == "agent" else report.get("baseline", {}).get(system, {})
+
+
+def table(report: dict, dataset: str, split: str) -> list[str]:
+    cols = ["em", "f1", "answered", "searches", "turns", "em_strict", "f1_strict"]
+    lines = ["| system | EM | F1 | answered | searches | turns | EM / F1 strict |", "|---|---|---|---|---|---|---|"]
     for system in SYSTEMS:
-        m = report.get(system, {}).get(name)
-        if m:
-            lines.append(f"| {system} | {m['em']:.3f} | {m['f1']:.3f} | {m['answered']:.2f} | {m['searches']:.2f} | "
-                         f"{m['turns']:.2f} |")  # fmt: skip
+        m = {c: _metrics(report, system).get(c, {}).get(dataset, {}).get(split) for c in cols}
+        if m["em"] is None:
+            continue
+        strict = f"{m['em_strict']:.3f} / {m['f1_strict']:.3f}" if m["em_strict"] is not None else ""
+        lines.append(f"| {system} | {m['em']:.3f} | {m['f1']:.3f} | {m['answered']:.2f} | {m['searches']:.2f} | "
+                     f"{m['turns']:.2f} | {strict} |")  # fmt: skip
     return lines
 
 
@@ -67,13 +75,14 @@ def main() -> None:
              "Wall time: " + (", ".join(f"{k} {v / 60:.1f} min" for k, v in seconds.items()) or "not timed here") + "; "
              f"train steps: {len(curve) - 1 if curve and curve[0]['step'] == '0' else len(curve)}.", ""]  # fmt: skip
     for spec in cfg.evaluate.sets:
-        name = f"{spec.dataset}/{spec.split}"
-        lines += [f"## {name} (first {spec.limit} questions)", "", *table(report, name), ""]
-    dev = [k for k in (curve[0] if curve else {}) if k.startswith("dev/") and k.endswith("/em")]
+        lines += [f"## {spec.dataset}/{spec.split} (first {spec.limit} questions)", "",
+                  *table(report, spec.dataset, spec.split), ""]  # fmt: skip
+    dev = [k for k in (curve[0] if curve else {}) if k.startswith("dev/") and k.endswith(("/em", "/f1"))]
     if dev:
         lines += ["## Dev curve (greedy, train.eval_questions per set)", "", "| step | " + " | ".join(dev) + " |",
                   "|---" * (len(dev) + 1) + "|"]  # fmt: skip
-        lines += [f"| {r['step']} | " + " | ".join(r[k] or "" for k in dev) + " |" for r in curve if any(r[k] for k in dev)]
+        lines += [f"| {r['step']} | " + " | ".join(f"{float(r[k]):.3f}" if r[k] else "" for k in dev) + " |"
+                  for r in curve if any(r[k] for k in dev)]  # fmt: skip
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
