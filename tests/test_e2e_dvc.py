@@ -108,6 +108,10 @@ def test_full_pipeline_and_algorithm_variant(tmp_path):
     assert curve[0].startswith("step,") and len(curve) == 3  # header + 2 steps
     dev_curve = (project / "artifacts" / "train" / "dev_curve.csv").read_text().splitlines()
     assert dev_curve == ["step,em,f1,mean_em"]  # train.eval_every 0: the DVC plot exists, with no dev points
+    plots = json.loads(run(["dvc", "plots", "show", "--json"], project).stdout)
+    assert "errors" not in plots, plots["errors"]  # every plot's x/y names a real column
+    reward = [r["train/reward"] for r in plots["data"]["artifacts/train/curve.csv"][0]["content"]["data"]["values"]]
+    assert len(reward) == 2 and all(reward)  # one point per step
 
     client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     champion = client.get_model_version_by_alias("agentr1-search-agent", "champion")
