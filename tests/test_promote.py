@@ -90,3 +90,21 @@ def test_rollback_without_history(registry):
     out = _cli("rollback")
     assert out.exit_code == 1 and "no previous 'champion' to roll back to" in out.output
     assert _champion(registry) == "1"
+
+
+def test_rollback_undoes_the_register_stage_promotion(mlflow_uri, tmp_path):
+    from components.tracking import register
+    from components.tracking.runs import stage_run
+    from tests.test_tracking import _train_and_eval
+
+    cfg = parse_config({"project": {"artifacts_dir": str(tmp_path / "artifacts")}})
+    client = mlflow.MlflowClient()
+    for em in (0.5, 0.9):
+        _train_and_eval(cfg, tmp_path, em)
+        with stage_run(cfg, "register") as tracker:
+            register.run(cfg, tracker)
+    assert _champion(client) == "2"
+    tags = client.get_model_version(NAME, "2").tags
+    assert tags["champion.action"] == "register" and tags["champion.old_version"] == "1"
+    assert "beats champion" in tags["champion.reason"]
+    assert rollback(cfg).new_version == "1" and _champion(client) == "1"

@@ -61,6 +61,17 @@ def _record(client, cfg: Config, move: Move) -> None:
         client.set_model_version_tag(name, move.new_version, f"{alias}.{key}", value)
 
 
+def move_champion(client, cfg: Config, new_version: str, action: str, reason: str, user: str | None = None) -> Move:
+    """Point the alias at `new_version`, remember the old champion for rollback, and tag the move on the version."""
+    name, alias = cfg.registry.model_name, cfg.registry.alias
+    history, old = _history(client, name), _champion(client, name, alias)
+    move = Move(action, name, old, str(new_version), user or _user(), _now(), reason.strip())
+    if old is not None:
+        client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(history + [old]))
+    _record(client, cfg, move)
+    return move
+
+
 def promote(cfg: Config, version: int, reason: str, user: str | None = None) -> Move:
     from mlflow.exceptions import MlflowException
 
@@ -68,21 +79,16 @@ def promote(cfg: Config, version: int, reason: str, user: str | None = None) -> 
     if not reason.strip():
         raise PromotionError("--reason is empty; say why the champion moves")
     client = _client()
-    history = _history(client, name)
+    _history(client, name)  # the model must exist
     try:
         mv = client.get_model_version(name, str(version))
     except MlflowException:
         raise PromotionError(f"{name} has no version {version}") from None
     if metric not in mv.tags:
         raise PromotionError(f"{name} v{version} has no evaluation metrics (no {metric!r} tag); evaluate and register it first")
-    old = _champion(client, name, alias)
-    if old == str(version):
+    if _champion(client, name, alias) == str(version):
         raise PromotionError(f"{name} v{version} is already {alias!r}")
-    move = Move("promote", name, old, str(version), user or getpass.getuser(), _now(), reason.strip())
-    if old is not None:
-        client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(history + [old]))
-    _record(client, cfg, move)
-    return move
+    return move_champion(client, cfg, str(version), "promote", reason, user)
 
 
 def rollback(cfg: Config, reason: str = "rollback", user: str | None = None) -> Move:
@@ -92,10 +98,17 @@ def rollback(cfg: Config, reason: str = "rollback", user: str | None = None) -> 
     if not history:
         raise PromotionError(f"{name}: no previous {alias!r} to roll back to")
     old, new = _champion(client, name, alias), history[-1]
-    move = Move("rollback", name, old, new, user or getpass.getuser(), _now(), reason.strip() or "rollback")
+    move = Move("rollback", name, old, new, user or _user(), _now(), reason.strip() or "rollback")
     client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(history[:-1]))
     _record(client, cfg, move)
     return move
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name (a container without a passwd entry)
+        return "unknown"
 
 
 def _now() -> str:
