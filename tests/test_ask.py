@@ -102,3 +102,5 @@ def test_ask_errors_are_one_line_naming_the_thing(project, tmp_path):
     assert "no live search index for corpus 'synthetic'" in msg and "agentr1 index" in msg
     _index(tmp_path, corpus="wiki")
     assert "corpus 'synthetic'" in fails("--version", v, QUESTION)  # another corpus's index is not the model's
+    _index(tmp_path)
+    assert f"{NAME} v{v} ({tmp_path}): cannot load the model" in fails("--version", v, QUESTION)

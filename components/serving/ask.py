@@ -66,6 +66,7 @@ def resolve_version(cfg: Config, version: int | None = None, alias: str | None =
 def ask(cfg: Config, question: str, version: int | None = None, alias: str | None = None,
         corpus: str | None = None) -> Answer:  # fmt: skip
     import mlflow
+    from mlflow.exceptions import MlflowException
 
     from components.model.loading import autocast, pick_device
     from components.retrieval.factory import index_root, make_backend
@@ -90,7 +91,11 @@ def ask(cfg: Config, question: str, version: int | None = None, alias: str | Non
             where = index_root(cfg) / corpus if cfg.retrieval.backend == "embedded" else cfg.retrieval.elasticsearch.url
             raise AskError(f"no live search index for corpus {corpus!r} at {where}; run `agentr1 index` (or `dvc repro index`)")
         t_index = time.perf_counter()
-        loaded = mlflow.transformers.load_model(f"models:/{mv.name}/{mv.version}", return_type="components")
+        try:
+            loaded = mlflow.transformers.load_model(f"models:/{mv.name}/{mv.version}", return_type="components")
+        except (MlflowException, OSError, ValueError) as e:
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            raise AskError(f"{mv.name} v{mv.version} ({mv.source}): cannot load the model: {first}") from None
         model, tok = loaded["model"], loaded["tokenizer"]
         if tok.pad_token_id is None:
             tok.pad_token = tok.eos_token
