@@ -60,6 +60,11 @@ def test_promote_refuses_unknown_version_and_unregistered_model(registry, tmp_pa
     cfg = parse_config({"project": {"artifacts_dir": str(tmp_path / "a")}})
     with pytest.raises(PromotionError, match="no version 9"):
         promote(cfg, 9, "x")
+    with pytest.raises(PromotionError, match="v1 is already 'champion'"):
+        promote(cfg, 1, "x")
+    with pytest.raises(PromotionError, match="--reason is empty"):
+        promote(cfg, 2, "  ")
+    assert _champion(registry) == "1" and HISTORY_TAG not in registry.get_registered_model(NAME).tags
     other = parse_config({"project": {"artifacts_dir": str(tmp_path / "a")}, "registry": {"model_name": "nope"}})
     with pytest.raises(PromotionError, match="no registered model 'nope'"):
         promote(other, 1, "x")
