@@ -40,9 +40,11 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from components.retrieval.base import SearchError
 
     from components.rl.checkpoint import CheckpointError
+    from components.serving.ask import AskError
+    from components.tracking.promote import PromotionError
 
     errors: list[type[BaseException]] = [ConfigError, DataError, ModelSourceError, SearchError, FileNotFoundError,
-                                         CheckpointError]  # fmt: skip
+                                         CheckpointError, PromotionError, AskError]  # fmt: skip
     try:
         from components.validation.validate import ValidationFailed
 
@@ -116,6 +118,67 @@ def validate_params(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None
         err.print(f"[bold red]{e}[/]", highlight=False)
         raise typer.Exit(1) from None
     sys.stdout.write(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+
+@app.command("ask", help="Ask the registered agent (the champion by default) one question and watch it search.")
+def ask(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    version: Annotated[Optional[int], typer.Option("--version", help="Ask this model version.")] = None,
+    alias: Annotated[Optional[str], typer.Option("--alias", help="Ask the version under this alias.")] = None,
+    corpus: Annotated[Optional[str], typer.Option("--corpus", help="Index to search (default: the model's).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    apply_defaults()
+    import json
+
+    from components.config import load_config
+    from components.serving.ask import ask as run_ask
+    from components.serving.ask import render
+
+    if version is not None and alias is not None:
+        raise typer.BadParameter("give --version or --alias, not both")
+    try:
+        answer = run_ask(load_config(params, _overrides(set_)), question, version, alias, corpus)
+    except _known_errors() as e:
+        err.print(f"[bold red]agentr1 ask failed:[/] {e}", markup=True, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    sys.stdout.write((json.dumps(answer.to_dict(), ensure_ascii=False) if as_json else render(answer)) + "\n")
+
+
+def _move(action: str, params: Path, sets: list[str] | None, **kwargs) -> None:
+    apply_defaults()
+    from components.config import load_config
+    from components.tracking import promote as moves
+
+    try:
+        move = getattr(moves, action)(load_config(params, _overrides(sets)), **kwargs)
+    except _known_errors() as e:
+        err.print(f"[bold red]agentr1 {action} failed:[/] {e}", markup=True, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    old = f"v{move.old_version}" if move.old_version else "none"
+    err.print(f"[green]{action}[/] {move.model_name}: {old} -> v{move.new_version} by {move.by} at {move.at}: {move.reason}",
+              highlight=False)  # fmt: skip
+
+
+@app.command("promote", help="Move the champion alias to a registered version that has evaluation metrics.")
+def promote(
+    version: Annotated[int, typer.Option("--version", help="Model version to make champion.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why the champion moves (recorded on the version).")],
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    _move("promote", params, set_, version=version, reason=reason)
+
+
+@app.command("rollback", help="Move the champion alias back to the previous champion.")
+def rollback(
+    reason: Annotated[str, typer.Option("--reason", help="Why (recorded on the version).")] = "rollback",
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    _move("rollback", params, set_, reason=reason)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from components.config import Config
 from components.evaluation.report import flatten
 from components.io import write_json
+from components.tracking.promote import move_champion
 from components.tracking.tracker import NullTracker, file_digest
 
 
@@ -79,8 +80,8 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     promoted, reason = decide(reg.metric, value, champion_value, reg.min_improvement)
     if champion is not None and champion_value is None:
         promoted, reason = True, f"champion v{champion_version} has no {reg.metric} tag; {reason}"
-    if promoted:
-        client.set_registered_model_alias(reg.model_name, reg.alias, mv.version)
+    if promoted:  # recorded like a manual promotion, so `agentr1 rollback` can undo it
+        move_champion(client, cfg, str(mv.version), "register", reason)
     client.set_model_version_tag(reg.model_name, mv.version, "champion_decision", reason)
 
     decision = Decision(reg.model_name, str(mv.version), reg.metric, value, champion_version, champion_value, promoted, reason)
