@@ -297,12 +297,18 @@ class MaskConfig(Section):
     advantage: bool = Field(default=True, description="advantages over action tokens only (advantage mask)")
 
 
+# train.algorithm -> verl's advantage estimator (verl core_algos); both backends read this one table.
+VERL_ESTIMATOR = {"ppo": "gae", "grpo": "grpo", "reinforce_plus_plus": "reinforce_plus_plus",
+                  "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline", "rloo": "rloo"}  # fmt: skip
+Algorithm = Literal["grpo", "ppo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"]
+
+
 class TrainConfig(Section):
     backend: Literal["local", "verl"] = "local"
     datasets: list[Name] = Field(default_factory=lambda: ["synthetic"], min_length=1,
                                  description="train-split questions used: data.datasets names or synthetic(_cf)")
     num_threads: int | None = Field(default=1, ge=1, description="torch CPU threads; None = torch default")
-    algorithm: Literal["grpo", "ppo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"] = "grpo"
+    algorithm: Algorithm = "grpo"
     trainable_layers: int | None = Field(default=None, ge=1, description="train only the top N decoder layers (+ final norm)")
     gradient_checkpointing: bool = Field(default=False, description="recompute activations in the backward pass")
     steps: int = Field(default=200, ge=0)

@@ -14,7 +14,7 @@ from components.model import base_model
 from components.model.priming import PrimeResult, Sequence_, lm_step, make_transcripts, prime, probe
 from components.config import TinyModelConfig
 from components.model.tiny import CALL_CLOSE, CALL_OPEN
-from components.rl.toy import make_toy
+from tests.toy import make_toy
 from components.tracking.tracker import NullTracker
 
 

@@ -76,3 +76,13 @@ def test_grpo_is_group_normalised_score():
 def test_ppo_needs_values():
     with pytest.raises(ValueError, match="critic"):
         compute_advantages(TrainConfig(algorithm="ppo"), rewards(), ACTION, RESPONSE, np.array(["q", "q"]), None)
+
+
+def test_every_algorithm_maps_to_a_registered_verl_estimator():
+    from typing import get_args
+
+    from components.config import VERL_ESTIMATOR, Algorithm
+
+    assert set(VERL_ESTIMATOR) == set(get_args(Algorithm))  # one table for both backends, no algorithm left out
+    for name in VERL_ESTIMATOR.values():
+        assert callable(core_algos.get_adv_estimator_fn(name))

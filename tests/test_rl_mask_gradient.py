@@ -10,7 +10,7 @@ from components.config import MaskConfig, TrainConfig
 from components.rl.advantages import compute_advantages
 from components.rl.batch import collate
 from components.rl.losses import policy_logprobs, policy_loss
-from components.rl.toy import make_toy
+from tests.toy import make_toy
 from components.rollout.engine import rollout
 
 

@@ -104,11 +104,13 @@ def test_non_finite_loss_skips_the_step(prepared, tmp_path):
     cfg = parse_config(small_raw(art, steps=2, eval_every=0, entropy_coef=0.01))  # a gradient even without reward
     trainer = train.build_trainer(cfg)
     before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
-    trainer.loss_hook = lambda step, loss: loss * float("nan")  # a fault no real run produces on demand
+    # A fault no real run produces on demand: NaN logits, only in the update's forward (rollouts run without grad).
+    poison = trainer.policy.get_output_embeddings().register_forward_hook(
+        lambda module, args, out: out * float("nan") if torch.is_grad_enabled() else out)
     metrics, _ = trainer.step(0)
     assert metrics["skipped_nonfinite"] == 1.0
     assert all(torch.equal(before[k], v) for k, v in trainer.policy.state_dict().items())
-    trainer.loss_hook = None
+    poison.remove()
     metrics, _ = trainer.step(1)
     assert metrics["skipped_nonfinite"] == 0.0
     assert any(not torch.equal(before[k], v) for k, v in trainer.policy.state_dict().items())

@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from components.rl.toy import make_toy
+from tests.toy import make_toy
 from components.rollout.engine import RolloutStats, rollout
 
 

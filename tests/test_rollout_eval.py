@@ -7,7 +7,7 @@ import torch
 
 import components.rollout.evaluate as ev
 from components.config import AgentConfig
-from components.rl.toy import make_toy
+from tests.toy import make_toy
 from components.rollout.answers import plain_answer
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.progress import GenerationProgress

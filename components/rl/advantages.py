@@ -8,15 +8,7 @@ import torch
 from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
 
-from components.config import TrainConfig
-
-VERL_ESTIMATOR = {
-    "grpo": "grpo",
-    "reinforce_plus_plus": "reinforce_plus_plus",
-    "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline",
-    "rloo": "rloo",
-    "ppo": "gae",
-}
+from components.config import VERL_ESTIMATOR, TrainConfig
 
 
 def compress(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

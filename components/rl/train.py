@@ -70,7 +70,6 @@ class Trainer:
             self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=self.tc.critic_lr)
         if self.tc.kl_coef > 0:
             self.ref = copy.deepcopy(policy).eval().requires_grad_(False)
-        self.loss_hook = None  # tests inject faults here: fn(step, loss) -> loss
 
     def amp(self):
         return autocast(self.cfg, self.device)
@@ -161,8 +160,6 @@ class Trainer:
                     vf, vf_clip = value_loss(tc, vpred, returns[mb, :r], values[mb, :r], m, n_tokens, n_seqs)
                     loss = loss + vf
                     sums["value_loss"] = sums.get("value_loss", 0.0) + float(vf.detach())
-                if self.loss_hook is not None:
-                    loss = self.loss_hook(step, loss)
                 if not torch.isfinite(loss):
                     finite = False
                     break

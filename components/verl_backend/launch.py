@@ -18,17 +18,9 @@ from typing import Any
 
 import yaml
 
-from components.config import Config
+from components.config import VERL_ESTIMATOR, Config
 from components.verl_backend.config import VerlConfig, verl_config
 
-# params `train.algorithm` -> verl `algorithm.adv_estimator` (grpo may become grpo_process, see estimator()).
-ADV_ESTIMATORS = {
-    "ppo": "gae",
-    "grpo": "grpo",
-    "reinforce_plus_plus": "reinforce_plus_plus",
-    "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline",
-    "rloo": "rloo",
-}
 # These verl estimators sum token_level_rewards to one scalar per response before the baseline, so process
 # rewards only add to the episode total there: their position (which turn earned them) is lost.
 SEQUENCE_LEVEL = ("grpo", "rloo", "reinforce_plus_plus_baseline")
@@ -85,7 +77,7 @@ def has_process_rewards(cfg: Config) -> bool:
 
 
 def estimator(cfg: Config) -> str:
-    name = ADV_ESTIMATORS[cfg.train.algorithm]
+    name = VERL_ESTIMATOR[cfg.train.algorithm]  # grpo becomes grpo_process when process rewards are on
     if name == "grpo" and verl_config(cfg).grpo_process_rewards and has_process_rewards(cfg):
         from components.verl_backend.estimator import NAME
 

@@ -1,4 +1,4 @@
-"""A small, fast agent setup (synthetic world, embedded index, tokenizer, random tiny model) for tests and benchmarks."""
+"""A small, fast agent setup for tests: synthetic world, embedded index, tokenizer, random tiny model."""
 
 from __future__ import annotations
 
