@@ -23,7 +23,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(ROOT)/$(BIN):$(PATH)
 
-.PHONY: setup data run test test-learning es-start es-stop bench clean
+.PHONY: setup data browser run test test-learning es-start es-stop bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +42,12 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 data: $(VENV)/.installed
 	$(BIN)/dvc pull -q data.dvc
 
-setup: $(VENV)/.installed data
+# A real browser for the tests of what people look at (HTML report, MLflow UI): Debian's Chromium and its driver.
+browser:
+	if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; fi
+
+setup: $(VENV)/.installed data browser
 
 es-start: setup
 	scripts/es.sh start
