@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -61,7 +62,8 @@ def _run(name: str, params: Path, sets: list[str] | None, **kwargs) -> None:
 
     try:
         cfg = load_config(params, _overrides(sets))
-        metrics = run_stage(name, cfg, **kwargs)
+        # A flow that shells out to DVC nests every stage run under its pipeline run.
+        metrics = run_stage(name, cfg, parent_run_id=os.environ.get("AGENTR1_PARENT_RUN_ID") or None, **kwargs)
     except _known_errors() as e:
         err.print(f"[bold red]agentr1 {name} failed:[/] {e}", markup=True, highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
@@ -100,12 +102,14 @@ def train(
     _run("train", params, sets)
 
 
-@app.command("pipeline", help="Run every stage in order as one Prefect flow (ephemeral mode).")
-def pipeline(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+@app.command("pipeline", help="Every stage in order as one Prefect flow (ephemeral mode); each task is `dvc repro` of its stage.")
+def pipeline(
+    stages: Annotated[Optional[str], typer.Option(help="Comma-separated subset, in pipeline order.")] = None,
+) -> None:
     apply_defaults()
-    from flows.pipeline import pipeline as flow
+    from flows.pipeline import pipeline as flow  # params come from params.yaml, which DVC tracks (dvc exp run -S)
 
-    flow(params_path=str(params), overrides=_overrides(set_))
+    flow(stages=stages.split(",") if stages else None)
 
 
 @app.command("validate-params", help="Check params.yaml against the schema and print the resolved config.")
