@@ -5,10 +5,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
 import yaml
 
 from components.stages import STAGES
-from tests.project import ROOT
+from tests.project import ROOT, make_project, run
 
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -107,3 +108,19 @@ def test_params_are_keys_and_the_real_profile_overlay_is_tracked_per_key():
     # Whole sections only where the stage reads the section whole; e.g. evaluate names model keys.
     assert "model" not in _param_keys(DVC["evaluate"]) and "model.autocast" in _param_keys(DVC["evaluate"])
     assert "retrieval" not in {k for n in STAGES for k in _param_keys(DVC[n])}
+
+
+@pytest.mark.slow
+def test_dvc_repro_reruns_the_changed_stage_and_only_what_follows(tmp_path):
+    from tests.test_e2e_dvc import ran
+    from tests.test_flows import FOLLOWERS, TINIEST, touch
+
+    project = make_project(tmp_path / "p", TINIEST)
+    assert sorted(ran(run(["dvc", "repro"], project).stdout)) == sorted(FOLLOWERS)
+    # train once missed training.py; evaluate and register share report.py; register alone imports register.py.
+    for module, stage in [("components/training.py", "train"), ("components/evaluation/report.py", "evaluate"),
+                          ("components/tracking/register.py", "register")]:  # fmt: skip
+        touch(project, module)
+        again = ran(run(["dvc", "repro"], project).stdout)
+        assert again and again[0] == stage and set(again[1:]) <= FOLLOWERS[stage], (module, again)
+    assert ran(run(["dvc", "repro"], project).stdout) == []
