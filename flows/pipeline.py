@@ -38,7 +38,7 @@ OUTCOMES = {
 
 
 class StageFailed(RuntimeError):
-    """`dvc repro` of one stage failed; the message is the stage's own one-line reason."""
+    """`dvc repro` of one stage failed; the message is the stage's own error text."""
 
 
 def dvc_bin() -> str:
@@ -62,9 +62,9 @@ def failure_reason(stage: str, output: str) -> str:
         own = lines[starts[-1]:]
         end = next((i for i, line in enumerate(own) if line.startswith("ERROR")), len(own))
         reason = "\n".join(own[: min(end, MAX_REASON_LINES)])
-    else:
-        errors = [line for line in lines if line.startswith("ERROR")]
-        reason = errors[-1] if errors else (lines[-1] if lines else "no output")
+    else:  # an unexpected exception: its last traceback line, then DVC's ERROR line
+        first_error = next((i for i, line in enumerate(lines) if line.startswith("ERROR")), len(lines))
+        reason = " | ".join(lines[max(first_error - 1, 0): first_error + 1]) or "no output"
     return f"stage {stage} failed: {reason}"
 
 

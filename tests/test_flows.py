@@ -188,7 +188,7 @@ def _serving(project) -> dict:
     live = {alias: (project / "artifacts" / "index" / alias / "LIVE").read_text().strip() for alias in manifest}
     client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     champion = client.get_model_version_by_alias("agentr1-search-agent", "champion")
-    return {"live": live, "champion": champion.version}
+    return {"live": live, "champion": str(champion.version)}
 
 
 @pytest.mark.slow
