@@ -51,7 +51,7 @@ class AgentResult:
     plain: bool = False  # scored as plain generation (direct, naive RAG)
     outcome: float = 0.0  # the episode's outcome reward
     process: float = 0.0  # the sum of its process rewards
-    steps: list[dict] = field(default_factory=list)  # model turns and tool calls with times (rollout.steps)
+    steps: list[dict] = field(default_factory=list, compare=False)  # turns and tool calls with wall-clock times (rollout.steps)
 
 
 def make_env(backend: SearchBackend, questions: Sequence[Question], agent: AgentConfig, top_k: int,
