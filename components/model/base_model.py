@@ -15,6 +15,7 @@ import warnings
 
 import torch
 
+from components.agent.parser import answer_text, call_text
 from components.agent.prompts import SYSTEM_PROMPT
 from components.config import Config
 from components.data.prepare import PASSAGES_FILE, QUESTIONS_FILE, prepared_dir, read_passages, read_questions
@@ -23,7 +24,7 @@ from components.data.synthetic import COUNTERFACTUAL, FACTUAL, RELATIONS, questi
 from components.io import atomic_path
 from components.model import warmup
 from components.model.loading import base_dir, load_model, pick_device, pretrained_dir
-from components.model.priming import answer_text, call_text, corpus_chunks, make_transcripts, prime
+from components.model.priming import corpus_chunks, make_transcripts, prime
 from components.model.source import SOURCE_FILE, materialise
 from components.model.tiny import build_model, build_tokenizer
 from components.retrieval.embedded import EmbeddedBackend

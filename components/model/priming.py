@@ -15,7 +15,6 @@ Two kinds of language-modelling data:
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Sequence
@@ -25,20 +24,12 @@ import torch
 from tqdm import tqdm
 
 from components.agent.observation import format_hits
-from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, TOOL_CLOSE, TOOL_OPEN
+from components.agent.parser import answer_text, call_text
 from components.config import TinyModelConfig
 from components.data.schema import Passage, Question
 from components.data.synthetic import words
 from components.retrieval.base import SearchBackend
 from components.rollout.chat import ChatFormat
-
-
-def call_text(query: str) -> str:
-    return TOOL_OPEN + json.dumps({"name": "search", "arguments": {"query": query}}) + TOOL_CLOSE
-
-
-def answer_text(answer: str) -> str:
-    return ANSWER_OPEN + answer + ANSWER_CLOSE
 
 
 @dataclass
