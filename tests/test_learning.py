@@ -18,12 +18,12 @@ import torch
 import transformers
 
 import components.data.prepare as prepare
+from components import artifacts
 import components.model.base_model as base_model
 import components.retrieval.index as index
 import components.rl.train as train
 from components.config import parse_config
 from components.io import atomic_path
-from components.model.loading import base_dir
 from components.tracking.tracker import NullTracker
 
 BUDGET_S = 600
@@ -62,11 +62,11 @@ def primed_base(cfg) -> str:
     """The primed base model in place: from the cache when the same code built it, else primed now (and cached)."""
     cached = PRIMED / primed_digest(cfg)
     if cached.is_dir():
-        shutil.copytree(cached, base_dir(cfg))
+        shutil.copytree(cached, artifacts.base_model(cfg))
         return f"cached {cached.relative_to(ROOT)}"
     metrics = base_model.run(cfg, NullTracker())
     with atomic_path(cached) as tmp:
-        shutil.copytree(base_dir(cfg), tmp, dirs_exist_ok=True)
+        shutil.copytree(artifacts.base_model(cfg), tmp, dirs_exist_ok=True)
     return f"primed now ({metrics}); cached as {cached.relative_to(ROOT)}: commit it"
 
 

@@ -8,7 +8,8 @@ import pytest
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
 from components.agent.prompts import SYSTEM_PROMPT
-from components.data.prepare import QUESTIONS_FILE, prepared_dir, write_questions
+from components import artifacts
+from components.data.prepare import write_questions
 from components.data.schema import DataError, Question
 from components.verl_backend.export import AGENT_NAME, export
 from tests.test_verl_fixtures import make_cfg, smollm2, tokenizer, verl_config  # noqa: F401
@@ -31,8 +32,8 @@ def ids(path) -> list[str]:
 
 def prepared(tmp_path, questions=QUESTIONS, **train):
     cfg = make_cfg(tmp_path, **train)
-    prepared_dir(cfg).mkdir(parents=True, exist_ok=True)
-    write_questions(prepared_dir(cfg) / QUESTIONS_FILE, questions)
+    artifacts.prepared(cfg).mkdir(parents=True, exist_ok=True)
+    write_questions(artifacts.questions(cfg), questions)
     return cfg
 
 
@@ -83,7 +84,7 @@ def test_rlhf_dataset_drops_prompts_longer_than_max_prompt_length(tmp_path, toke
 
 def test_missing_prepared_file_names_it(tmp_path):
     cfg = make_cfg(tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"prepared/questions.parquet: prepared questions not found"):
+    with pytest.raises(FileNotFoundError, match=r"prepared/questions.parquet: not found \(run the prepare stage first"):
         export(cfg, tmp_path / "verl")
 
 
