@@ -13,8 +13,7 @@ from components import artifacts
 from components.data.prepare import write_questions
 from components.tracking.tracker import MlflowTracker
 from components.verl_backend import launch
-from tests.test_verl_dataset import QUESTIONS
-from tests.test_verl_fixtures import make_cfg
+from tests.verl_fixtures import QUESTIONS, make_cfg
 
 
 def test_verl_logger_writes_into_a_child_of_the_stage_run(mlflow_uri, tmp_path, monkeypatch):

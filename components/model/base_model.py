@@ -58,7 +58,8 @@ def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]
     """The format warm-up on train-split questions of train.datasets; the warmed-up model is saved at `out`."""
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
-    train = [q for q in read_questions(artifacts.require(cfg, artifacts.questions(cfg))) if q.dataset in cfg.train.datasets and q.split == "train"]
+    prepared = read_questions(artifacts.require(cfg, artifacts.questions(cfg)))
+    train = [q for q in prepared if q.dataset in cfg.train.datasets and q.split == "train"]
     if not train:
         raise ValueError(f"model.warmup_steps: no train-split questions of train.datasets={cfg.train.datasets}")
     rng = random.Random(f"agentr1-warmup:{cfg.project.seed}")
@@ -97,13 +98,14 @@ def build_tiny(cfg: Config, out, tracker) -> dict[str, float]:
     if tc.num_threads:
         torch.set_num_threads(tc.num_threads)
     t0 = time.perf_counter()
-    questions_path, passages_path = artifacts.require(cfg, artifacts.questions(cfg)), artifacts.require(cfg, artifacts.passages(cfg))
+    questions_path = artifacts.require(cfg, artifacts.questions(cfg))
+    passages_path = artifacts.require(cfg, artifacts.passages(cfg))
     passages = [p for p in read_passages(passages_path) if p.corpus in (FACTUAL, COUNTERFACTUAL)]
     questions = [q for q in read_questions(questions_path) if q.dataset in (FACTUAL, COUNTERFACTUAL)]
     train_qs = [q for q in questions if q.dataset == FACTUAL and q.split == "train"]
     factual = [p for p in passages if p.corpus == FACTUAL]
     if not train_qs or not factual:
-        raise ValueError(f"{src}: the tiny model needs the synthetic world (data.synthetic.enabled: true)")
+        raise ValueError(f"{artifacts.prepared(cfg)}: the tiny model needs the synthetic world (data.synthetic.enabled: true)")
     entities = sorted({p.title for p in factual})
     rng = random.Random(f"agentr1-prime:{cfg.project.seed}")
     held_out = {q.question for q in questions if q.split != "train"}

@@ -53,7 +53,8 @@ def export(cfg, out_dir: str | Path, eval_questions: int | None = None) -> dict[
     """Write train.parquet and val.parquet under `out_dir`; returns their paths.
 
     `eval_questions` caps each dataset's val questions."""
-    questions = read_questions(artifacts.require(cfg, artifacts.questions(cfg)))
+    source = artifacts.require(cfg, artifacts.questions(cfg))
+    questions = read_questions(source)
     datasets = cfg.train.datasets  # as the local trainer: train.datasets' train split, their dev split for val
     val_sets = [*datasets, COUNTERFACTUAL] if SYNTHETIC in datasets else datasets
     splits = {
