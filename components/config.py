@@ -165,7 +165,7 @@ class EmbeddedConfig(Section):
     token_pattern: Annotated[str, AfterValidator(_regex)] = Field(
         default=r"(?u)\b\w+\b", description="regex for a word in passages and queries"
     )
-    title_weight: int = Field(default=2, ge=0, description="times the title is indexed (recall@5 0.732 -> 0.755)")
+    title_weight: int = Field(default=2, ge=0, description="times the title is indexed")
     retention: int = Field(default=2, ge=1, description="index versions kept per alias")
 
 
@@ -174,8 +174,7 @@ class ElasticsearchConfig(Section):
     url: str = "http://127.0.0.1:9200"  # ES_URL in the environment wins
     index_prefix: str = Field(default="agentr1-", pattern=r"^[a-z0-9][a-z0-9_.-]*$")
     analyzer: Literal["standard", "english"] = "english"
-    # Measured on the HotpotQA sample (README): english > standard at every title weight; title_boost 0.5 adds
-    # +0.027 recall@5 but costs 30% of _msearch throughput, so the default scores title+text as one field.
+    # english analyzer, title+text scored as one field: best recall per query/s on HotpotQA (docs/NOTES.md)
     title_boost: float = Field(default=0.0, ge=0, description="weight of a title-only match on top of title+text")
     bulk_chunk_size: int = Field(default=2000, ge=1)
     bulk_threads: int = Field(default=2, ge=1, description="concurrent _bulk requests")
@@ -244,7 +243,7 @@ class TinyModelConfig(Section):
     hidden_size: int = Field(default=128, ge=1)
     intermediate_size: int = Field(default=384, ge=1)
     num_hidden_layers: int = Field(default=2, ge=1)
-    # many narrow heads: copying from the context formed in 300-500 priming steps with 16, often not in 900 with 2
+    # many narrow heads: the copy from context forms far sooner (docs/NOTES.md)
     num_attention_heads: int = Field(default=16, ge=1)
     num_key_value_heads: int = Field(default=16, ge=1)
     max_position_embeddings: int = Field(default=1024, ge=16)
@@ -254,8 +253,7 @@ class TinyModelConfig(Section):
     prime_choice_kl: float = Field(default=0.25, ge=0, description="phase 2 ends at this choice KL (nats)")
     prime_probe_every: int = Field(default=50, ge=1, description="steps between probes of the priming")
     prime_probes: int = Field(default=128, ge=1, description="held-out transcripts the probes score")
-    # Turns of a priming transcript (None: agent.max_turns). More turns than RL uses give more later draws to
-    # learn the copy from observations on.
+    # Turns of a priming transcript (None: agent.max_turns); more than RL uses: more draws to learn copying on
     prime_max_turns: int | None = Field(default=None, ge=2)
     prime_batch_size: int = Field(default=32, ge=1)
     prime_micro_batch_size: int | None = Field(default=8, ge=1, description="sequences per forward (by length)")

@@ -111,11 +111,7 @@ def build_tiny(cfg: Config, out, tracker) -> dict[str, float]:
     held_out = {q.question for q in questions if q.split != "train"}
     relations = sorted({r for q in train_qs for r in words(q.question) if r in RELATIONS})
     hops = cfg.data.synthetic.hops
-    # Half the priming questions are 1-hop when the world is multi-hop: their query's relation is the question's
-    # only relation, a deterministic copy, and that is what forms the copy-a-relation-from-the-question circuit.
-    # With only multi-hop prompts the target relation is a coin flip between the question's relations and the
-    # circuit never formed (measured, first-turn drill, dev: relation NLL stayed at chance, 2.1 nats, for 1100
-    # steps; with the 1-hop half the NLL of "either question relation" fell 1.47 -> 0.55 in 400 steps).
+    # Half the priming questions are 1-hop: a deterministic relation copy forms the copy circuit (docs/NOTES.md).
     n_one = len(train_qs) // 2 if hops > 1 else 0
     prime_qs = priming_questions(entities, relations, hops, len(train_qs) - n_one, held_out, rng)
     prime_qs += priming_questions(entities, relations, 1, n_one, held_out, rng)
