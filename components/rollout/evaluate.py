@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from components.agent.env import ToolEnv
-from components.agent.parser import ANSWER_OPEN
+from components.agent.parser import ANSWER_OPEN, call_text
 from components.agent.rewards import exact_match, f1
 from components.agent.tools import SearchTool
 from components.config import AgentConfig
 from components.data.schema import Question
-from components.model.priming import call_text
 from components.retrieval.base import SearchBackend
 from components.rollout.chat import ChatFormat
 from components.rollout.answers import plain_answer

@@ -1,53 +1,17 @@
 """Episodes as MLflow traces: one trace per episode, a CHAT_MODEL span per model turn and a TOOL span per
 tool call, built after the fact from the recorded steps and their wall-clock times (the rollout is batched,
-so spans cannot be live). EM, F1 and the outcome are trace tags and feedback assessments."""
+so spans cannot be live). EM, F1 and the outcome are trace tags and feedback assessments. The episodes are
+components.rollout.traces.EpisodeTrace records (plain data)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 SOURCE_ID = "agentr1.rewards"
 
 
-@dataclass(frozen=True)
-class EpisodeTrace:
-    question_id: str
-    question: str
-    gold: list[str]
-    answer: str | None
-    em: float
-    f1: float
-    outcome: float
-    process: float
-    steps: list[dict]  # components.rollout.steps.episode_steps
-    tags: dict[str, str] = field(default_factory=dict)
-
-
-def from_result(r, **tags: str) -> EpisodeTrace:
-    """From an evaluation AgentResult (scored as the evaluate stage scores it)."""
-    return EpisodeTrace(r.question_id, r.question, list(r.answers), r.prediction, r.em, r.f1, r.outcome, r.process,
-                        r.steps, dict(tags))  # fmt: skip
-
-
-def from_trajectory(t, **tags: str) -> EpisodeTrace:
-    from components.rollout.steps import episode_steps
-
-    ep = t.episode
-    return EpisodeTrace(ep.question.id, ep.question.question, list(ep.question.answers), ep.answer, ep.em, ep.f1,
-                        ep.outcome, sum(ep.process_rewards), episode_steps(t), dict(tags))  # fmt: skip
-
-
-def log_train_traces(tracker, cfg, trajs: Sequence, step: int) -> None:
-    """A few of a training step's episodes (one per group), as traces of the train run."""
-    n = cfg.tracking.traces
-    if n:
-        sample = list(trajs)[:: max(1, cfg.train.group_size)][:n]
-        tracker.log_traces([from_trajectory(t, **{"agentr1.step": str(step)}) for t in sample], f"train/step {step}")
-
-
-def write_traces(episodes: Sequence[EpisodeTrace], experiment_id: str, session: str, stage: str) -> list[str]:
+def write_traces(episodes: Sequence, experiment_id: str, session: str, stage: str) -> list[str]:
     """Log the traces into `experiment_id` (linked to the active run, if any); returns their trace ids."""
     import mlflow
     from mlflow.entities import AssessmentSource, SpanType
