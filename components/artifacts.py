@@ -23,6 +23,7 @@ OUTPUTS: dict[str, str] = {
     "train/dev_curve.csv": "train",
     "metrics/eval.json": "evaluate",
     "eval/per_dataset.csv": "evaluate",
+    "eval/report.html": "evaluate",
     "register/decision.json": "register",
 }
 # Written next to those, but not declared to DVC (working state or a copy of what is logged to MLflow).
@@ -119,6 +120,11 @@ def verl_workdir(cfg: Config) -> Path:
 # evaluate, register
 def eval_per_dataset(cfg: Config) -> Path:
     return _at(cfg, "eval/per_dataset.csv")
+
+
+def eval_report(cfg: Config) -> Path:
+    """The trajectory viewer: one self-contained HTML page."""
+    return _at(cfg, "eval/report.html")
 
 
 def eval_predictions(cfg: Config) -> Path:

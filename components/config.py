@@ -205,6 +205,10 @@ class RetrievalConfig(Section):
 class TrackingConfig(Section):
     experiment: Name = "agentr1"
     tracking_uri: str | None = None  # MLFLOW_TRACKING_URI wins; default sqlite inside the project
+    traces: int = Field(
+        default=8, ge=0,
+        description="episodes logged as MLflow traces per system and eval set (evaluate) and per evaluation step (train); 0 = off",
+    )  # fmt: skip
 
 
 class ScheduleConfig(Section):
@@ -399,6 +403,9 @@ class EvaluateConfig(Section):
         default=131072, ge=1,
         description="rows x longest possible row length per generation batch: bounds evaluation memory",
     )  # fmt: skip
+    report_trajectories: int = Field(
+        default=50, ge=1, description="trajectories per system and eval set in artifacts/eval/report.html"
+    )
 
 
 class RegisterConfig(Section):

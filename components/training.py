@@ -50,6 +50,9 @@ class CurveRecorder(NullTracker):
     def set_tags(self, tags: dict[str, str]) -> None:
         self._inner.set_tags(tags)
 
+    def log_traces(self, episodes, session: str) -> None:
+        self._inner.log_traces(episodes, session)
+
     def csv(self) -> str:
         keys = sorted({k for row in self.rows.values() for k in row})
         out = io.StringIO()

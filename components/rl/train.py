@@ -37,6 +37,7 @@ from components.rl.losses import aggregate, kl_to_reference, policy_logprobs, po
 from components.rollout.chat import ChatFormat
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.evaluate import evaluate_agent, make_env, summarize, transcript
+from components.rollout.traces import log_train_traces
 
 SYNTHETIC, COUNTERFACTUAL = "synthetic", "synthetic_cf"
 
@@ -283,6 +284,7 @@ def run(cfg: Config, tracker) -> dict[str, float]:
         if tc.eval_every and (n % tc.eval_every == 0 or n == tc.steps):
             final_eval = trainer.evaluate(n)
             metrics.update(final_eval)
+            log_train_traces(tracker, cfg, trajs, n)  # a few of this step's episodes as MLflow traces
             em = final_eval.get(target_key)
             if em is not None:
                 history["best_em"] = max(em, history["best_em"] or 0.0)
