@@ -1,4 +1,6 @@
-"""`agentr1`: one subcommand per pipeline stage, plus `pipeline` and `validate-params`."""
+"""`agentr1`: one subcommand per pipeline stage, plus `validate-params`, `ask`, `promote` and `rollback`.
+
+The whole pipeline as a Prefect flow is `python -m flows.pipeline`: the library never imports its orchestrator."""
 
 from __future__ import annotations
 
@@ -100,16 +102,6 @@ def train(
         verl_dry_run(cfg)
         return
     _run("train", params, sets)
-
-
-@app.command("pipeline", help="Every stage in order as one Prefect flow (ephemeral mode); each task is `dvc repro` of its stage.")
-def pipeline(
-    stages: Annotated[Optional[str], typer.Option(help="Comma-separated subset, in pipeline order.")] = None,
-) -> None:
-    apply_defaults()
-    from flows.pipeline import pipeline as flow  # params come from params.yaml, which DVC tracks (dvc exp run -S)
-
-    flow(stages=stages.split(",") if stages else None)
 
 
 @app.command("validate-params", help="Check params.yaml against the schema and print the resolved config.")
