@@ -20,7 +20,8 @@ from flows.pipeline import pipeline
 DEPLOYMENT = "nightly"
 
 
-def serve(params_path: str = "params.yaml", stages: list[str] | None = None, limit: int | None = None) -> None:
+def serve(params_path: str = "params.yaml", stages: list[str] | None = None, limit: int | None = 1) -> None:
+    """`limit`: flow runs at once; one, since two `dvc repro` in one workspace would contend for DVC's lock."""
     cfg = load_config(params_path)
     pipeline.serve(
         name=DEPLOYMENT,
