@@ -124,3 +124,30 @@ def test_no_secret_reaches_the_params_table(mlflow_uri, tmp_path, repo_root):
     assert params["retrieval.elasticsearch.url"] == "http://***@127.0.0.1:9201"
     db = tmp_path / "mlflow.db"
     assert db.is_file() and not _stored_anywhere(db, "hunter2")
+
+
+def test_cli_stage_nests_under_AGENTR1_PARENT_RUN_ID(mlflow_uri, tmp_path, monkeypatch):
+    """The contract with whoever drives the CLI as one pipeline run: every stage run nests under the given id."""
+    from typer.testing import CliRunner
+
+    from components.cli import app
+    from components.tracking.runs import PARENT_ENV
+
+    cfg = _cfg(tmp_path)
+    (tmp_path / "params.yaml").write_text(json.dumps({"project": {"artifacts_dir": str(cfg.artifacts)}}))
+    _train_and_eval(cfg, tmp_path, 0.5)
+    with pipeline_run(cfg, "driver") as parent:
+        pass
+    monkeypatch.setenv(PARENT_ENV, parent)
+    out = CliRunner().invoke(app, ["register"])
+    assert out.exit_code == 0, out.output
+    client = mlflow.MlflowClient()
+    exp = client.get_experiment_by_name(cfg.tracking.experiment)
+    (reg,) = client.search_runs([exp.experiment_id], filter_string=f"tags.`{STAGE_TAG}` = 'register'")
+    assert reg.data.tags["mlflow.parentRunId"] == parent
+
+    monkeypatch.setenv(PARENT_ENV, "0123456789abcdef0123456789abcdef")
+    out = CliRunner().invoke(app, ["register"])
+    assert out.exit_code == 1 and "Traceback" not in out.output
+    assert f"{PARENT_ENV}=0123456789abcdef0123456789abcdef: no such MLflow run" in " ".join(out.output.split())
+    assert len(client.search_runs([exp.experiment_id], filter_string=f"tags.`{STAGE_TAG}` = 'register'")) == 1
