@@ -8,7 +8,7 @@ import pytest
 
 from components.config import Config, parse_config
 from components.io import write_json
-from components.tracking import register
+from components.registry import register
 from components.tracking.runs import STAGE_TAG, pipeline_run, stage_run
 from tests.tiny_hf import save_tiny_hf_model
 
@@ -46,12 +46,15 @@ def test_failed_stage_marks_run_failed(mlflow_uri, tmp_path):
 
 
 def _train_and_eval(cfg, tmp_path, em: float) -> None:
-    """What the train and evaluate stages leave behind: a logged model and eval metrics."""
+    """What the train and evaluate stages leave behind: a trained model dir, its runs and eval metrics."""
     model_dir = save_tiny_hf_model(tmp_path / f"model-{em}")
     with stage_run(cfg, "train") as tracker:
         uri = tracker.log_model(model_dir, "agent")
-    write_json(cfg.artifacts / "train" / "model.json", {"model_uri": uri})
-    write_json(cfg.artifacts / "metrics" / "eval.json", {"em": {"synthetic": {"dev": em}}})
+    write_json(cfg.artifacts / "train" / "model.json", {"model_uri": uri, "run_id": tracker.run_id, "path": str(model_dir)})
+    report = {"em": {"synthetic": {"dev": em}, "hotpotqa": {"dev": em / 2}}, "baseline": {"direct": {"em": {"synthetic": {"dev": 0.0}}}}}
+    with stage_run(cfg, "evaluate") as tracker:
+        tracker.log_metrics(register.flatten(report))
+    write_json(cfg.artifacts / "metrics" / "eval.json", report)
 
 
 def test_champion_moves_only_on_a_win(mlflow_uri, tmp_path):
@@ -70,9 +73,24 @@ def test_champion_moves_only_on_a_win(mlflow_uri, tmp_path):
     champion = client.get_model_version_by_alias(name, "champion")
     assert str(champion.version) == "3" and champion.tags["em/synthetic/dev"] == "0.9"
     v2 = client.get_model_version(name, 2)
-    assert "does not beat" in v2.tags["champion_decision"]
-    loaded = mlflow.transformers.load_model(f"models:/{name}@champion", return_type="components")
-    assert "model" in loaded and "tokenizer" in loaded
+    assert "does not beat" in v2.tags["evidence.decision"]
+    # compact evidence: the decision metric, what it was compared with, lineage, the evaluation run; no other metric
+    assert champion.tags["evidence.compared_to"] == "v1 em/synthetic/dev=0.5"
+    assert client.get_model_version(name, 1).tags["evidence.compared_to"] == "no champion"
+    assert "em/hotpotqa/dev" not in champion.tags and not any(k.startswith("baseline/") for k in champion.tags)
+    eval_run_id = champion.tags["evidence.eval_run"].rsplit("/", 1)[-1]
+    assert client.get_run(eval_run_id).data.metrics["em/synthetic/dev"] == 0.9
+    assert champion.tags["evidence.eval_run"] in champion.description
+    evidence = {k for k in champion.tags if not k.startswith("champion.")}  # champion.*: the alias moves (promote)
+    assert evidence == {"em/synthetic/dev", "evidence.compared_to", "evidence.decision", "evidence.eval_run"}
+    # every metric stays on the register run and on the logged model
+    reg_run = client.get_run(champion.run_id)
+    assert reg_run.data.metrics["em/hotpotqa/dev"] == 0.45 and reg_run.data.metrics["baseline/direct/em/synthetic/dev"] == 0.0
+    logged = mlflow.get_logged_model(champion.source.removeprefix("models:/"))
+    assert {m.key: m.value for m in logged.metrics}["em/hotpotqa/dev"] == 0.45
+    # the version is the servable agent: a pyfunc with its weights and its config
+    meta = mlflow.models.get_model_info(f"models:/{name}@champion")
+    assert "python_function" in meta.flavors and meta.signature.inputs.input_names() == ["question"]
 
 
 def test_register_names_missing_metric(mlflow_uri, tmp_path):
