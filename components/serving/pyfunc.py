@@ -100,22 +100,24 @@ def _load_hf(path: str | Path, cfg: Config):
 def load_weights(model_uri: str, cfg: Config):
     """(model, tokenizer) from a registered agent model, without opening its index (for `agentr1 ask`)."""
     from mlflow.artifacts import download_artifacts
+    from mlflow.models import get_model_info
 
-    local = Path(download_artifacts(f"{model_uri.rstrip('/')}/artifacts/{WEIGHTS}"))
-    return _load_hf(local, cfg)
+    path = get_model_info(model_uri).flavors["python_function"]["artifacts"][WEIGHTS]["path"]  # artifacts/<dir name>
+    return _load_hf(Path(download_artifacts(f"{model_uri.rstrip('/')}/{path}")), cfg)
 
 
 def log_agent_model(cfg: Config, hf_dir: Path, corpus: str, name: str = "agent") -> Any:
     """Log the agent (weights dir + config) into the active run as a pyfunc model; returns its ModelInfo."""
     import tempfile
 
+    import pandas as pd
     from mlflow.models import infer_signature
 
     from components.tracking.models import PIP_REQUIREMENTS
 
     if not (Path(hf_dir) / "config.json").is_file():
         raise FileNotFoundError(f"{hf_dir}: not a Hugging Face model directory (no config.json); run the train stage")
-    example = {"question": ["Who founded the company that employs Rutilu?"]}  # the input schema: one string column
+    example = pd.DataFrame({"question": ["Who founded the company that employs Rutilu?"]})  # schema: a string column
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / CONFIG_FILE
         spec.write_text(yaml.safe_dump(serving_config(cfg, corpus), sort_keys=False))
