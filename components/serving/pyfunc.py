@@ -14,6 +14,7 @@ import mlflow.pyfunc
 import yaml
 
 from components.config import Config, parse_config
+from components.secrets import redact_text
 
 CONFIG_FILE = "agent.yaml"  # the resolved config (agent, retrieval, model settings), never credentials
 WEIGHTS = "hf_model"  # artifact key of the Hugging Face directory (weights + tokenizer)
@@ -120,7 +121,7 @@ def log_agent_model(cfg: Config, hf_dir: Path, corpus: str, name: str = "agent")
     example = pd.DataFrame({"question": ["Who founded the company that employs Rutilu?"]})  # schema: a string column
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / CONFIG_FILE
-        spec.write_text(yaml.safe_dump(serving_config(cfg, corpus), sort_keys=False))
+        spec.write_text(redact_text(yaml.safe_dump(serving_config(cfg, corpus), sort_keys=False)))  # belt and braces
         return mlflow.pyfunc.log_model(
             name=name,
             python_model=AgentModel(),
