@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import urllib.parse
 import urllib.request
@@ -29,11 +27,9 @@ from components.model.loading import base_dir, pretrained_dir
 from components.stages import run_stage
 from components.tracking.runs import pipeline_run
 from tests.browser import screenshot
-from tests.test_ask import PRIMED
-from tests.test_serve import free_port, wait_up
+from tests.served import NAME, PRIMED, free_port, start, stop, wait_up
 
 BIN = Path(sys.executable).parent
-NAME = "agentr1-search-agent"
 METRIC = "em/synthetic/dev"
 # the primed fixture's world and prompt (tests/test_learning.py), a few steps and a small evaluation
 BASE = {"project": {"seed": 20251}, "data": {"datasets": [], "synthetic": {"seed": 20251 + 7}},
@@ -83,10 +79,8 @@ def test_mlflow_ui_shows_pipelines_compare_and_champion_evidence(mlflow_uri, tmp
     port = free_port()
     log = tmp_path / "server.log"
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    with open(log, "w") as out:
-        proc = subprocess.Popen(["mlflow", "server", "--backend-store-uri", mlflow_uri, "--host", "127.0.0.1",
-                                 "--port", str(port), "--workers", "1"],
-                                cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    proc = start(["mlflow", "server", "--backend-store-uri", mlflow_uri, "--host", "127.0.0.1", "--port", str(port),
+                  "--workers", "1"], tmp_path, env, log)  # fmt: skip
     try:
         base = f"http://127.0.0.1:{port}"
         wait_up(f"{base}/health", proc, log)
@@ -136,9 +130,4 @@ def test_mlflow_ui_shows_pipelines_compare_and_champion_evidence(mlflow_uri, tmp
             browser.close()
             browser.switch_to.window(home)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop(proc)

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -18,16 +14,10 @@ import pytest
 
 from components.serving.ask import ask
 from components.serving.pyfunc import log_agent_model
-from tests.test_ask import NAME, PRIMED, _cfg, _index, _question
+from tests.served import NAME, PRIMED, dev_question, free_port, index_world, primed_cfg, start, stop, wait_up
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def post(url: str, body: bytes, content_type: str = "application/json") -> tuple[int, dict]:
@@ -39,25 +29,11 @@ def post(url: str, body: bytes, content_type: str = "application/json") -> tuple
         return e.code, json.loads(e.read() or b"{}")
 
 
-def wait_up(url: str, proc: subprocess.Popen, log: Path, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(1)
-    raise AssertionError(f"server not up after {timeout}s:\n{log.read_text()[-3000:]}")
-
-
 @pytest.fixture
 def champion(mlflow_uri, tmp_path):
     """The primed tiny agent registered as the pyfunc agent model under `champion`, its world indexed."""
-    cfg = _cfg(tmp_path)
-    _index(tmp_path)
+    cfg = primed_cfg(tmp_path)
+    index_world(cfg)
     with mlflow.start_run():
         info = log_agent_model(cfg, PRIMED, "synthetic")
     client = mlflow.MlflowClient()
@@ -70,17 +46,15 @@ def champion(mlflow_uri, tmp_path):
 
 def test_mlflow_models_serve_answers_with_trajectory_and_rejects_bad_input(champion, tmp_path):
     cfg, uri = champion
-    question = _question(tmp_path)
+    question = dev_question(cfg)
     expected = ask(cfg, question)  # the same agent code, in-process: the server must say the same
     port = free_port()
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(ROOT), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     log = tmp_path / "serve.log"
     cwd = tmp_path / "elsewhere"  # the served model finds its index by the absolute path it carries
     cwd.mkdir()
-    with open(log, "w") as out:
-        proc = subprocess.Popen(["mlflow", "models", "serve", "-m", f"models:/{NAME}@champion", "--env-manager", "local",
-                                 "--host", "127.0.0.1", "-p", str(port), "-w", "1"],
-                                cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    proc = start(["mlflow", "models", "serve", "-m", f"models:/{NAME}@champion", "--env-manager", "local",
+                  "--host", "127.0.0.1", "-p", str(port), "-w", "1"], cwd, env, log)  # fmt: skip
     try:
         base = f"http://127.0.0.1:{port}"
         wait_up(f"{base}/ping", proc, log)
@@ -113,9 +87,4 @@ def test_mlflow_models_serve_answers_with_trajectory_and_rejects_bad_input(champ
         status, body = post(f"{base}/invocations", json.dumps({"inputs": {"question": [question]}}).encode())
         assert status == 200 and body["predictions"][0]["answer"] == expected.answer
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop(proc)

@@ -8,15 +8,15 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from components import artifacts
 from components.config import Config
 from components.evaluation.report import flatten
 from components.io import write_json
-from components.model.loading import trained_dir
 from components.serving.ask import model_corpus
 from components.serving.pyfunc import log_agent_model
 from components.tracking.promote import move_champion
 from components.tracking.runs import STAGE_TAG, tracking_uri
-from components.tracking.tracker import NullTracker, metric_key, file_digest
+from components.tracking.tracker import NullTracker, file_digest, metric_key
 
 EVIDENCE = "evidence"  # tag prefix on the model version: compared_to, decision, eval_run
 
@@ -44,12 +44,10 @@ def decide(metric: str, value: float, champion_value: float | None, min_improvem
 def _lineage(cfg: Config) -> dict[str, str]:
     """Digests of the data and the index versions the model was trained and evaluated on."""
     tags: dict[str, str] = {}
-    prepared = cfg.artifacts / "prepared"
-    for name in ("questions", "passages"):
-        path = prepared / f"{name}.parquet"
+    for name, path in (("questions", artifacts.questions(cfg)), ("passages", artifacts.passages(cfg))):
         if path.exists():
             tags[f"data.{name}.sha256"] = file_digest(path)
-    manifest = cfg.artifacts / "index" / "manifest.json"
+    manifest = artifacts.index_manifest(cfg)
     if manifest.exists():
         for alias, info in json.loads(manifest.read_text()).items():
             tags[f"index.{alias}.version"] = str(info.get("version"))
@@ -83,17 +81,14 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     from mlflow.exceptions import MlflowException
 
     reg = cfg.registry
-    metrics_path = cfg.artifacts / "metrics" / "eval.json"
-    model_path = cfg.artifacts / "train" / "model.json"
-    for p in (metrics_path, model_path):
-        if not p.exists():
-            raise FileNotFoundError(f"{p}: missing; run the train and evaluate stages first")
+    metrics_path = artifacts.require(cfg, artifacts.eval_metrics(cfg))
+    model_path = artifacts.require(cfg, artifacts.train_model_json(cfg))
     eval_metrics = flatten(json.loads(metrics_path.read_text()))
     if reg.metric not in eval_metrics:
         raise KeyError(f"registry.metric {reg.metric!r} not in {metrics_path} (have: {sorted(eval_metrics)[:20]})")
     trained = json.loads(model_path.read_text())
     value = eval_metrics[reg.metric]
-    info = log_agent_model(cfg, Path(trained.get("path") or trained_dir(cfg)), model_corpus(cfg))
+    info = log_agent_model(cfg, Path(trained.get("path") or artifacts.trained_model(cfg)), model_corpus(cfg))
     if tracker.run_id is not None:  # every metric on the register run and the logged model, none on the version
         mlflow.log_metrics({metric_key(k): v for k, v in eval_metrics.items()}, run_id=tracker.run_id, model_id=info.model_id)
 
@@ -123,7 +118,7 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
         move_champion(client, cfg, str(mv.version), "register", reason)
 
     decision = Decision(reg.model_name, str(mv.version), reg.metric, value, champion_version, champion_value, promoted, reason)
-    write_json(cfg.artifacts / "register" / "decision.json", asdict(decision))
+    write_json(artifacts.decision(cfg), asdict(decision))
     tracker.log_dict(asdict(decision), "register/decision.json")
     tracker.set_tags({"registered_version": str(mv.version), "promoted": str(promoted), "decision": reason})
     return {"registered_version": float(mv.version), "promoted": float(promoted), reg.metric: value}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
+from components import artifacts
 from components.agent.parser import ToolCall, parse_turn
 from components.config import Config
 from components.data.schema import Question
@@ -65,7 +66,7 @@ def resolve_version(cfg: Config, version: int | None = None, alias: str | None =
 
 def open_index(cfg: Config, corpus: str):
     """The search backend with a live index of `corpus`; AskError when there is none. The caller closes it."""
-    from components.retrieval.factory import index_root, make_backend
+    from components.retrieval.factory import make_backend
 
     backend = make_backend(cfg)
     try:
@@ -75,7 +76,7 @@ def open_index(cfg: Config, corpus: str):
         raise AskError(f"search index for corpus {corpus!r}: {e}") from None
     if live is None:
         backend.close()
-        where = index_root(cfg) / corpus if cfg.retrieval.backend == "embedded" else cfg.retrieval.elasticsearch.url
+        where = artifacts.index(cfg) / corpus if cfg.retrieval.backend == "embedded" else cfg.retrieval.elasticsearch.url
         raise AskError(f"no live search index for corpus {corpus!r} at {where}; run `agentr1 index` (or `dvc repro index`)")
     return backend
 
