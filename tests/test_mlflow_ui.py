@@ -23,7 +23,7 @@ import mlflow
 import pytest
 
 from components.config import parse_config
-from components.model.loading import base_dir, pretrained_dir
+from components import artifacts
 from components.stages import run_stage
 from components.tracking.runs import pipeline_run
 from tests.browser import screenshot
@@ -44,7 +44,7 @@ def _pipeline(tmp_path: Path, name: str, train: dict) -> str:
     raw["project"]["artifacts_dir"] = str(tmp_path / "artifacts")
     raw["train"] |= train
     cfg = parse_config(raw)
-    for d in (base_dir(cfg), pretrained_dir(cfg)):
+    for d in (artifacts.base_model(cfg), artifacts.pretrained_model(cfg)):
         if not d.exists():
             shutil.copytree(PRIMED, d)
     with pipeline_run(cfg, name) as parent:
