@@ -88,6 +88,8 @@ def test_corrupted_dataset_stops_at_validate(tmp_path):
     assert not (project / "artifacts" / "index").exists()
     assert not (project / "artifacts" / "validation" / "summary.json").exists()
     assert list((project / "artifacts" / "validation").rglob("*.html")), "the data-docs report is still written"
+    (parent,) = [r for r in _all_runs(project) if r.data.tags["agentr1.stage"] == "pipeline"]
+    assert parent.info.status == "FAILED"  # the failed stage fails its pipeline's parent run
 
 
 TINY_TRAINING = {

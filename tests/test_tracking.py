@@ -8,7 +8,7 @@ import pytest
 
 from components.config import Config, parse_config
 from components.registry import register
-from components.tracking.runs import STAGE_TAG, pipeline_run, stage_run
+from components.tracking.runs import STAGE_TAG, commit, pipeline_run, stage_run
 from tests.tiny_hf import train_and_eval
 
 
@@ -28,6 +28,7 @@ def test_stage_runs_nest_under_pipeline_and_log_params_metrics_inputs(mlflow_uri
     client = mlflow.MlflowClient()
     child = client.get_run(tracker.run_id)
     assert child.data.tags["mlflow.parentRunId"] == parent
+    assert client.get_run(parent).info.run_name == f"flow @ {commit()}"  # named after the commit
     assert child.data.tags[STAGE_TAG] == "prepare"
     assert child.data.params["retrieval.top_k"] == str(cfg.retrieval.top_k)
     assert child.data.metrics["recall_5/hotpotqa"] == 0.5
