@@ -1,7 +1,7 @@
 """The local trainer (train stage, backend `local`): rollout -> rewards -> advantages -> clipped update.
 
 Each step samples `questions_per_step` training questions, rolls out `group_size` episodes of each with the
-current policy, turns rewards into advantages (verl's estimators; GAE with the advantage mask for PPO) and
+current policy, turns rewards into advantages (verl's estimators over the advantage mask) and
 takes one optimizer step (micro-batches accumulate gradients; `ppo_epochs` passes). Step s draws its questions
 and sampling noise from (seed, s) alone, so a run resumed from a checkpoint repeats exactly what it would have done.
 """
