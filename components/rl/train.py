@@ -133,7 +133,7 @@ class Trainer:
                 old = old_logp[mb, :r] if old_logp is not None else None
                 vals = (returns[mb, :r], values[mb, :r]) if values is not None else None
                 loss, terms = self._micro_loss(b, loss_mask[mb, :r], adv[mb, :r], old, vals, n_tokens, n_seqs)
-                for k in ("kl_ref", "value_loss"):  # summed before the finiteness check
+                for k in ("kl_ref", "value_loss"):  # summed before the finiteness check, as before the split
                     if k in terms:
                         sums[k] = sums.get(k, 0.0) + terms[k]
                 if not torch.isfinite(loss):
