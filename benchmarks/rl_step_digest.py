@@ -5,13 +5,15 @@
 
 Records every logged metric but wall-clock ones (to the last bit: floats as repr), a SHA-256 of every sampled
 trajectory (tokens, masks, rewards, behaviour log-probs, turn spans), of the trained weights, and of the last
-checkpoint's tensors (modules, optimizer state, torch RNG; python's and numpy's are never seeded) and curve. It runs with PYTHONHASHSEED=0 (set orders). A refactor meant to change nothing must leave
-all of it equal. Digests depend on the torch build and CPU, so compare only runs on the same machine.
+checkpoint's tensors (modules, optimizer state, torch RNG; python's and numpy's are never seeded) and curve; and
+the rollout engine alone in every evaluation mode. A refactor meant to change nothing must leave all of it equal.
+It runs with PYTHONHASHSEED=0 (set orders). Digests depend on the torch build and CPU: compare on one machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -25,6 +27,7 @@ import torch
 import components.data.prepare as prepare
 import components.model.base_model as base_model
 import components.retrieval.index as index
+from components import artifacts
 from components.config import parse_config
 from components.rl import checkpoint as ckpt
 from components.rl import train
@@ -48,7 +51,7 @@ def raw_config(art: Path, **train_over) -> dict:
         "project": {"seed": 3, "artifacts_dir": str(art)},
         "data": {"datasets": [], "synthetic": {"seed": 7, "n_entities": 40, "n_relations": 4, "n_train": 60,
                                                "n_dev": 10, "n_test": 10}},  # fmt: skip
-        "agent": {"system_prompt": False, "max_turns": 3, "max_tokens_per_turn": 12,  # dense rewards: every variant learns
+        "agent": {"system_prompt": False, "max_turns": 3, "max_tokens_per_turn": 12,  # dense rewards: all learn
                   "reward": {"answer_metric": "f1", "format_penalty": 0.1, "valid_call": 0.2, "invalid_call": 0.05,
                              "new_info": 0.1, "supporting": 0.3, "search_cost": 0.02}},
         "model": {"tiny": {"vocab_size": 600, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
@@ -126,7 +129,7 @@ def run_variant(prepared: Path, work: Path, over: dict) -> dict:
         "metrics": rec.metrics,
         "texts": rec.texts,
         "rollouts": rollouts.hexdigest(),
-        "trained_weights": tensor_digest(load_file(art / "models" / "trained" / "model.safetensors")).hexdigest(),
+        "trained_weights": tensor_digest(load_file(artifacts.trained_model(cfg) / "model.safetensors")).hexdigest(),
         "checkpoint": last.name,
         "checkpoint_tensors": tensor_digest([blob["modules"], blob["optimizers"], blob["rng"]["torch"]]).hexdigest(),
         "checkpoint_state": hashlib.sha256(json.dumps([state, curve], sort_keys=True).encode()).hexdigest(),
@@ -137,22 +140,23 @@ def rollout_fingerprint(prepared: Path) -> dict:
     """The rollout engine outside training: greedy evaluation in every mode (several batches), and sampled
     episodes cut by max_total_tokens with a chunked prefill."""
     import components.rollout.evaluate as ev
-    from components.data.prepare import QUESTIONS_FILE, prepared_dir, read_questions
-    from components.model.loading import base_dir, load_model
+    from components.data.prepare import read_questions
+    from components.model.loading import load_model
     from components.retrieval.factory import make_backend
     from components.rollout.chat import ChatFormat
     from components.rollout.engine import RolloutStats, rollout
 
     cfg = parse_config(raw_config(prepared))
-    qs = [q for q in read_questions(prepared_dir(cfg) / QUESTIONS_FILE) if q.split == "dev"][:12]
-    model, tok = load_model(base_dir(cfg), cfg, torch.device("cpu"))
+    qs = [q for q in read_questions(artifacts.questions(cfg)) if q.split == "dev"][:12]
+    model, tok = load_model(artifacts.base_model(cfg), cfg, torch.device("cpu"))
     backend = make_backend(cfg)
     out = {}
     for mode in ("agent", "direct", "naive_rag"):
         for budget in (10**6, 400):
             res = ev.evaluate_agent(model, tok, qs, backend, cfg.agent, cfg.retrieval.top_k, mode=mode,
                                     batch_tokens=budget)  # fmt: skip
-            out[f"eval_{mode}_{budget}"] = hashlib.sha256(repr(res).encode()).hexdigest()
+            kept = [[getattr(r, f.name) for f in dataclasses.fields(r) if f.compare] for r in res]  # not timings
+            out[f"eval_{mode}_{budget}"] = hashlib.sha256(repr(kept).encode()).hexdigest()
     agent = cfg.agent.model_copy(update={"max_total_tokens": 70})
     chat = ChatFormat.for_agent(tok, agent)
     stats = RolloutStats()

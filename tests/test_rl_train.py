@@ -192,7 +192,8 @@ def reference_update(trainer: train.Trainer, batch) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("over", [
-    {"algorithm": "grpo", "kl_coef": 0.1, "entropy_coef": 0.01, "ppo_epochs": 2, "loss_agg_mode": "seq-mean-token-mean"},
+    {"algorithm": "grpo", "kl_coef": 0.1, "entropy_coef": 0.01, "ppo_epochs": 2,
+     "loss_agg_mode": "seq-mean-token-mean"},
     {"algorithm": "ppo", "ppo_epochs": 2, "gamma": 0.9, "lam": 0.8, "mask": {"loss": False}},
 ], ids=["grpo-kl-entropy", "ppo"])  # fmt: skip
 def test_the_update_equals_the_losses_written_out_to_the_last_bit(prepared, tmp_path, over):

@@ -125,6 +125,8 @@ class Turn:
     tokens: list[list[int]]
     logprobs: list[list[float]]
     unfed: list[list[int]]  # the last sampled token, when it is still to be fed (with the next insertion)
+    started: int  # wall clock (ns) when the turn's decode began
+    ended: list[int]  # wall clock (ns) when each row stopped (for traces)
 
 
 @torch.no_grad()
@@ -169,12 +171,14 @@ def rollout(
         budgets = [cfg.max_total_tokens - len(trajs[i].input_ids) for i in active]
         turn = decode_turn(batch, logits, chat, budgets, cfg.max_tokens_per_turn, temperature, generator, stats,
                            progress)  # fmt: skip
-        tt = time.perf_counter()  # the environment answers every turn at once (tool calls batched per tool)
+        tt, tool_start = time.perf_counter(), time.time_ns()  # the environment answers every turn at once
         results = env.step([trajs[i].episode for i in active], [prefill + chat.decode_turn(g) for g in turn.tokens])
         stats.tool_seconds += time.perf_counter() - tt
+        tool_time = (tool_start, time.time_ns())
         keep, chunks = [], []
         for r, (i, res) in enumerate(zip(active, results)):
-            insert = record_turn(trajs[i], turn.tokens[r], turn.logprobs[r], res, chat, env, cfg, prefill_ids)
+            times = (turn.started, turn.ended[r]), tool_time
+            insert = record_turn(trajs[i], turn.tokens[r], turn.logprobs[r], times, res, chat, env, cfg, prefill_ids)
             if insert is not None:
                 keep.append(r)
                 chunks.append(turn.unfed[r] + list(insert))
@@ -200,6 +204,8 @@ def decode_turn(batch: _Batch, logits: torch.Tensor, chat: ChatFormat, budgets: 
     logprobs: list[list[float]] = [[] for _ in range(n)]
     live = torch.ones(n, dtype=torch.bool)
     sampled = live
+    started = time.time_ns()
+    ended = [started] * n
     for step in range(max_tokens):
         tok, lp, ent = _sample(logits, temperature, generator)
         tok, lp = tok.cpu(), lp.cpu()
@@ -211,6 +217,7 @@ def decode_turn(batch: _Batch, logits: torch.Tensor, chat: ChatFormat, budgets: 
                 logprobs[r].append(float(lp[r]))
                 if int(tok[r]) in chat.stop_ids or len(tokens[r]) >= budgets[r]:
                     live[r] = False
+                    ended[r] = time.time_ns()
         stats.generated_tokens += int(sampled.sum())
         if progress is not None:
             progress(int(sampled.sum()), 0)
@@ -218,16 +225,24 @@ def decode_turn(batch: _Batch, logits: torch.Tensor, chat: ChatFormat, budgets: 
             break
         feed = [[int(tok[r])] if sampled[r] else [chat.pad_id] for r in range(n)]
         logits = batch.feed_masked(feed, sampled, chat.pad_id)
-    return Turn(tokens, logprobs, [[g[-1]] if sampled[r] else [] for r, g in enumerate(tokens)])
+    now = time.time_ns()
+    ended = [now if live[r] else ended[r] for r in range(n)]  # rows cut at max_tokens end now
+    return Turn(tokens, logprobs, [[g[-1]] if sampled[r] else [] for r, g in enumerate(tokens)], started, ended)
 
 
-def record_turn(t: Trajectory, tokens: list[int], logprobs: list[float], res: StepResult, chat: ChatFormat,
-                env: ToolEnv, cfg: AgentConfig, prefill_ids: list[int]) -> tuple[int, ...] | None:  # fmt: skip
-    """Append a model turn (mask 1) and its process reward; then the environment's insertion (mask 0), returned
-    to be fed, if the episode goes on and fits in `max_total_tokens`; else the outcome on the last action token."""
+Span = tuple[int, int]
+
+
+def record_turn(t: Trajectory, tokens: list[int], logprobs: list[float], times: tuple[Span, Span], res: StepResult,
+                chat: ChatFormat, env: ToolEnv, cfg: AgentConfig, prefill_ids: list[int]) -> tuple[int, ...] | None:
+    """Append a model turn (mask 1), its (decode, tool) wall-clock times and process reward; then the environment's
+    insertion (mask 0), returned to be fed, if the episode goes on and fits in `max_total_tokens`; else the
+    outcome on the last action token."""
     start = len(t.input_ids)
     t.add(tokens, is_action=True, logprobs=logprobs)
     t.turn_spans.append((start, len(t.input_ids)))
+    t.turn_times.append(times[0])
+    t.tool_times.append(times[1])
     if res.reward:
         t.rewards[_closing_index(t, start, chat.tool_close_id)] += res.reward
     if not res.done:
