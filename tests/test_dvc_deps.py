@@ -119,7 +119,7 @@ def test_dvc_repro_reruns_the_changed_stage_and_only_what_follows(tmp_path):
     assert sorted(ran(run(["dvc", "repro"], project).stdout)) == sorted(FOLLOWERS)
     # train once missed training.py; evaluate and register share report.py; register alone imports register.py.
     for module, stage in [("components/training.py", "train"), ("components/evaluation/report.py", "evaluate"),
-                          ("components/tracking/register.py", "register")]:  # fmt: skip
+                          ("components/registry/register.py", "register")]:  # fmt: skip
         touch(project, module)
         again = ran(run(["dvc", "repro"], project).stdout)
         assert again and again[0] == stage and set(again[1:]) <= FOLLOWERS[stage], (module, again)

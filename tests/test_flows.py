@@ -195,6 +195,8 @@ def _serving(project) -> dict:
 def test_scheduled_retraining_on_a_new_data_version(tmp_path):
     import mlflow
 
+    from components.registry.register import EVIDENCE
+
     project = make_project(tmp_path / "p", TINIEST)
     env = env_for(project)
     port = _free_port()
@@ -228,7 +230,7 @@ def test_scheduled_retraining_on_a_new_data_version(tmp_path):
         assert after["live"]["synthetic"] == before["live"]["synthetic"]  # an unchanged corpus keeps its version
         decision = json.loads((project / "artifacts" / "register" / "decision.json").read_text())
         assert decision["version"] == "2" and decision["champion_version"] == "1" and decision["reason"]
-        assert client.get_model_version("agentr1-search-agent", "2").tags["champion_decision"] == decision["reason"]
+        assert client.get_model_version("agentr1-search-agent", "2").tags[f"{EVIDENCE}.decision"] == decision["reason"]
         assert after["champion"] == ("2" if decision["promoted"] else "1")  # promoted or not, and why
 
         # Nothing changed: DVC finds every stage up to date; no stage run, no new model version.
