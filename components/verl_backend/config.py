@@ -8,12 +8,19 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from components.secrets import no_credentials
 
 
 class VerlConfig(BaseModel):
     # Same rules as components.config.Section; no import of it, so config.py can import this module.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_credentials(cls, value):
+        return no_credentials(value)
 
     model_path: str | None = Field(
         default=None, description="HF model dir or id for the actor; null = the base_model stage's output"
