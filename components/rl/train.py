@@ -267,17 +267,21 @@ def run(cfg: Config, tracker) -> dict[str, float]:
     optims = {"policy": trainer.opt} | ({"critic": trainer.critic_opt} if trainer.critic_opt is not None else {})
     start, pending, curve, history = 0, [], [], {"best_em": None, "steps_to_target": None}
     state = ckpt.load_latest(root, modules, optims)
+    final_eval: dict[str, float] = {}
+    end = tc.steps
     if state is not None:
         start, curve, history = state["step"], state["curve"], state["history"]
         _flush(tracker, curve)  # this run holds every step exactly once: the checkpoint's past, then its own
         tracker.set_tags({"resumed_from_step": str(start), "resumed_from_run": str(state["run_id"])})
+        final_eval = last_eval(curve)  # the result when no step is left to run
+        if tc.stop_at_target and history["steps_to_target"] is not None:
+            end = start  # the run had stopped at its target: resuming adds no step
     tracker.set_tags({"train.algorithm": tc.algorithm, "train.backend": "local"})
     target_key = f"dev/{tc.datasets[0]}/em"
-    final_eval: dict[str, float] = {}
     if start == 0 and tc.eval_every:
         final_eval = trainer.evaluate(0)
         pending.append((0, final_eval))
-    bar = tqdm(range(start, tc.steps), desc=f"train {tc.algorithm}", initial=start, total=tc.steps)
+    bar = tqdm(range(start, end), desc=f"train {tc.algorithm}", initial=start, total=tc.steps)
     for step in bar:
         t0 = time.perf_counter()
         metrics, trajs = trainer.step(step)
@@ -316,6 +320,12 @@ def run(cfg: Config, tracker) -> dict[str, float]:
     if history["steps_to_target"] is not None:
         result["steps_to_target"] = float(history["steps_to_target"])
     return result
+
+
+def last_eval(curve: list) -> dict[str, float]:
+    """The dev metrics of the last evaluated step of a curve [(step, metrics)]."""
+    evals = [{k: v for k, v in m.items() if k.startswith("dev/")} for _, m in curve]
+    return next((e for e in reversed(evals) if e), {})
 
 
 def trainer_steps_done(root: Path, start: int) -> int:
