@@ -19,7 +19,8 @@ import time
 import torch
 
 from components.config import load_config
-from components.data.prepare import prepared_dir, read_questions
+from components import artifacts
+from components.data.prepare import read_questions
 from components.evaluation.evaluate import SYSTEMS
 from components.retrieval.factory import make_backend
 from components.rollout.engine import RolloutStats
@@ -51,7 +52,7 @@ def main() -> None:
     agent = cfg.agent.model_copy(update={"system_prompt": True, "max_turns": args.max_turns,
                                          "max_tokens_per_turn": args.max_tokens_per_turn,
                                          "max_total_tokens": args.max_total_tokens})  # fmt: skip
-    qs = [q for q in read_questions(prepared_dir(cfg) / "questions.parquet") if q.dataset == args.dataset]
+    qs = [q for q in read_questions(artifacts.questions(cfg)) if q.dataset == args.dataset]
     qs = qs[: args.questions]
     tok = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype)).eval()

@@ -18,8 +18,9 @@ import time
 import torch
 
 from components.config import load_config
-from components.data.prepare import QUESTIONS_FILE, prepared_dir, read_questions
-from components.model.loading import base_dir, load_model, pick_device
+from components import artifacts
+from components.data.prepare import read_questions
+from components.model.loading import load_model, pick_device
 from components.retrieval.factory import make_backend
 from components.rl.train import Trainer
 
@@ -48,9 +49,9 @@ def main() -> None:
     for name in args.variants:
         cfg = load_config(args.params, {"profile": args.profile, **VARIANTS[name], "train.entropy_coef": 1e-9,
                                         "train.questions_per_step": args.questions, "train.group_size": args.group})  # fmt: skip
-        qs = [q for q in read_questions(prepared_dir(cfg) / QUESTIONS_FILE) if q.dataset == args.dataset]
+        qs = [q for q in read_questions(artifacts.questions(cfg)) if q.dataset == args.dataset]
         qs = random.Random(0).sample(qs, args.questions)
-        policy, tok = load_model(base_dir(cfg), cfg, pick_device(cfg))
+        policy, tok = load_model(artifacts.base_model(cfg), cfg, pick_device(cfg))
         trainer = Trainer(cfg, policy, tok, make_backend(cfg), qs, {})
         t0 = time.perf_counter()
         metrics, trajs = trainer.step(0)

@@ -18,8 +18,9 @@ from collections import Counter
 import torch
 
 from components.config import load_config
-from components.data.prepare import QUESTIONS_FILE, prepared_dir, read_questions
-from components.model.loading import base_dir, load_model
+from components import artifacts
+from components.data.prepare import read_questions
+from components.model.loading import load_model
 from components.retrieval.factory import make_backend
 from components.rollout.chat import ChatFormat
 from components.rollout.engine import rollout
@@ -52,9 +53,9 @@ def main() -> None:
     cfg = load_config(args.params)
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
-    model, tok = load_model(args.model or base_dir(cfg), cfg, torch.device("cpu"))
+    model, tok = load_model(args.model or artifacts.base_model(cfg), cfg, torch.device("cpu"))
     chat = ChatFormat.for_agent(tok, cfg.agent)
-    qs = [q for q in read_questions(prepared_dir(cfg) / QUESTIONS_FILE)
+    qs = [q for q in read_questions(artifacts.questions(cfg))
           if q.dataset == "synthetic" and q.split == "train"][: args.questions]  # fmt: skip
     env = make_env(make_backend(cfg), qs, cfg.agent, cfg.retrieval.top_k)
     trajs = rollout(model, chat, env, [q for q in qs for _ in range(args.group)], cfg.agent, temperature=1.0,

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from components import artifacts
 from components.config import load_config
 from components.env import apply_defaults
 from components.stages import run_stage
@@ -68,8 +69,8 @@ def main() -> None:
         run_stage(stage, cfg)
         seconds[stage] = time.perf_counter() - t0
         print(f"{stage}: {seconds[stage]:.0f} s", flush=True)
-    report = json.loads((cfg.artifacts / "metrics" / "eval.json").read_text())
-    curve = list(csv.DictReader((cfg.artifacts / "train" / "curve.csv").open()))
+    report = json.loads((artifacts.eval_metrics(cfg)).read_text())
+    curve = list(csv.DictReader((artifacts.train_curve(cfg)).open()))
     lines = [f"# Real profile (SmolLM2-135M-Instruct, dequantised Q4_1 GGUF), {time.strftime('%Y-%m-%d')}", "",
              f"Machine: {machine()}. Overrides: {overrides}.", "",
              "Wall time: " + (", ".join(f"{k} {v / 60:.1f} min" for k, v in seconds.items()) or "not timed here") + "; "

@@ -1,4 +1,6 @@
-"""`agentr1`: one subcommand per pipeline stage, plus `pipeline` and `validate-params`."""
+"""`agentr1`: one subcommand per pipeline stage, plus `validate-params`, `ask`, `promote` and `rollback`.
+
+The whole pipeline as a Prefect flow is `python -m flows.pipeline`: the library never imports its orchestrator."""
 
 from __future__ import annotations
 
@@ -98,14 +100,6 @@ def train(
         verl_dry_run(cfg)
         return
     _run("train", params, sets)
-
-
-@app.command("pipeline", help="Run every stage in order as one Prefect flow (ephemeral mode).")
-def pipeline(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
-    apply_defaults()
-    from flows.pipeline import pipeline as flow
-
-    flow(params_path=str(params), overrides=_overrides(set_))
 
 
 @app.command("validate-params", help="Check params.yaml against the schema and print the resolved config.")

@@ -16,7 +16,6 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from components.secrets import no_credentials, redact_text
-from components.verl_backend.config import VerlConfig
 
 
 class Section(BaseModel):
@@ -172,7 +171,7 @@ class EmbeddedConfig(Section):
     token_pattern: Annotated[str, AfterValidator(_regex)] = Field(
         default=r"(?u)\b\w+\b", description="regex for a word in passages and queries"
     )
-    title_weight: int = Field(default=2, ge=0, description="times the title is indexed (recall@5 0.732 -> 0.755)")
+    title_weight: int = Field(default=2, ge=0, description="times the title is indexed")
     retention: int = Field(default=2, ge=1, description="index versions kept per alias")
 
 
@@ -181,8 +180,7 @@ class ElasticsearchConfig(Section):
     url: str = "http://127.0.0.1:9200"  # ES_URL in the environment wins
     index_prefix: str = Field(default="agentr1-", pattern=r"^[a-z0-9][a-z0-9_.-]*$")
     analyzer: Literal["standard", "english"] = "english"
-    # Measured on the HotpotQA sample (README): english > standard at every title weight; title_boost 0.5 adds
-    # +0.027 recall@5 but costs 30% of _msearch throughput, so the default scores title+text as one field.
+    # english analyzer, title+text scored as one field: best recall per query/s on HotpotQA (docs/NOTES.md)
     title_boost: float = Field(default=0.0, ge=0, description="weight of a title-only match on top of title+text")
     bulk_chunk_size: int = Field(default=2000, ge=1)
     bulk_threads: int = Field(default=2, ge=1, description="concurrent _bulk requests")
@@ -213,6 +211,10 @@ class RetrievalConfig(Section):
 class TrackingConfig(Section):
     experiment: Name = "agentr1"
     tracking_uri: str | None = None  # MLFLOW_TRACKING_URI wins; default sqlite inside the project
+    traces: int = Field(
+        default=8, ge=0,
+        description="episodes logged as MLflow traces per system and eval set (evaluate) and per evaluation step (train); 0 = off",
+    )  # fmt: skip
 
 
 class ScheduleConfig(Section):
@@ -251,7 +253,7 @@ class TinyModelConfig(Section):
     hidden_size: int = Field(default=128, ge=1)
     intermediate_size: int = Field(default=384, ge=1)
     num_hidden_layers: int = Field(default=2, ge=1)
-    # many narrow heads: copying from the context formed in 300-500 priming steps with 16, often not in 900 with 2
+    # many narrow heads: the copy from context forms far sooner (docs/NOTES.md)
     num_attention_heads: int = Field(default=16, ge=1)
     num_key_value_heads: int = Field(default=16, ge=1)
     max_position_embeddings: int = Field(default=1024, ge=16)
@@ -261,8 +263,7 @@ class TinyModelConfig(Section):
     prime_choice_kl: float = Field(default=0.25, ge=0, description="phase 2 ends at this choice KL (nats)")
     prime_probe_every: int = Field(default=50, ge=1, description="steps between probes of the priming")
     prime_probes: int = Field(default=128, ge=1, description="held-out transcripts the probes score")
-    # Turns of a priming transcript (None: agent.max_turns). More turns than RL uses give more later draws to
-    # learn the copy from observations on.
+    # Turns of a priming transcript (None: agent.max_turns); more than RL uses: more draws to learn copying on
     prime_max_turns: int | None = Field(default=None, ge=2)
     prime_batch_size: int = Field(default=32, ge=1)
     prime_micro_batch_size: int | None = Field(default=8, ge=1, description="sequences per forward (by length)")
@@ -311,6 +312,43 @@ class ModelConfig(Section):
 class MaskConfig(Section):
     loss: bool = Field(default=True, description="policy loss only on action tokens (Agent-R1 loss mask)")
     advantage: bool = Field(default=True, description="advantages over action tokens only (advantage mask)")
+
+
+# train.verl: the knobs only the verl backend has; everything shared comes from train, agent and model.
+class VerlConfig(Section):
+
+    model_path: str | None = Field(
+        default=None, description="HF model dir or id for the actor; null = the base_model stage's output"
+    )
+    rollout_name: Literal["vllm", "sglang"] = "vllm"
+    tool_format: Literal["hermes"] = "hermes"
+    n_gpus_per_node: int = Field(default=1, ge=1)
+    nnodes: int = Field(default=1, ge=1)
+    ray_address: str | None = Field(
+        default=None, description='join an existing Ray cluster ("auto" or host:port); null = start a local one'
+    )
+    tensor_parallel_size: int = Field(default=1, ge=1, description="vLLM tensor parallel size per replica")
+    gpu_memory_utilization: float = Field(default=0.5, gt=0, le=1)
+    prompt_length: int = Field(default=1024, ge=16)
+    response_length: int = Field(default=2048, ge=16, description="all turns and observations of one episode")
+    max_tool_response_length: int = Field(default=1024, ge=16, description="characters kept of one observation")
+    ppo_mini_batch_size: int | None = Field(default=None, ge=1, description="questions per update; null = a step")
+    micro_batch_size_per_gpu: int = Field(default=4, ge=1)
+    agent_workers: int = Field(default=8, ge=1, description="agent loop worker actors")
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    gradient_checkpointing: bool = True
+    grpo_process_rewards: bool = Field(
+        default=True, description="grpo: use the process-supervised estimator (grpo_process) instead of outcome GRPO"
+    )
+    eval_questions: int | None = Field(default=None, ge=1, description="dev questions in val.parquet; null = all")
+    save_freq: int = Field(default=20, ge=1)
+    test_freq: int = Field(default=20, ge=-1)
+    val_before_train: bool = False
+    max_actor_ckpt_to_keep: int | None = Field(default=2, ge=1)
+    project_name: str = "agentr1"
+    experiment_name: str | None = Field(default=None, description="null = tracking.experiment")
+    extra_overrides: list[str] = Field(default_factory=list, description="raw Hydra overrides appended last")
 
 
 # train.algorithm -> verl's advantage estimator (verl core_algos); both backends read this one table.
@@ -387,6 +425,9 @@ class EvaluateConfig(Section):
         default=131072, ge=1,
         description="rows x longest possible row length per generation batch: bounds evaluation memory",
     )  # fmt: skip
+    report_trajectories: int = Field(
+        default=50, ge=1, description="trajectories per system and eval set in artifacts/eval/report.html"
+    )
 
 
 class RegisterConfig(Section):

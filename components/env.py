@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 TELEMETRY_OFF = {
@@ -29,3 +30,5 @@ def apply_defaults(root: str | Path | None = None) -> None:
     os.environ.setdefault("DVC_SITE_CACHE_DIR", str(root / ".cache" / "dvc-site"))
     os.environ.setdefault("HF_HOME", str(root / ".cache" / "huggingface"))
     os.environ.setdefault("RAY_TMPDIR", str(root / ".cache" / "ray"))
+    if not sys.stderr.isatty():  # progress bars only on a terminal: every tqdm bar created after this is off
+        os.environ.setdefault("TQDM_DISABLE", "1")  # (tqdm reads TQDM_* defaults when it is first imported)

@@ -11,6 +11,7 @@ import csv
 import io
 from pathlib import Path
 
+from components import artifacts
 from components.config import Config
 from components.io import write_json, write_text
 from components.tracking.tracker import NullTracker
@@ -49,6 +50,9 @@ class CurveRecorder(NullTracker):
     def set_tags(self, tags: dict[str, str]) -> None:
         self._inner.set_tags(tags)
 
+    def log_traces(self, episodes, session: str) -> None:
+        self._inner.log_traces(episodes, session)
+
     def csv(self) -> str:
         keys = sorted({k for row in self.rows.values() for k in row})
         out = io.StringIO()
@@ -80,13 +84,13 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
         from components.rl.train import run as backend_run
     metrics = backend_run(cfg, recorder)
 
-    trained = cfg.artifacts / "models" / "trained"
+    trained = artifacts.trained_model(cfg)
     if recorder.model_uri is None and tracker.run_id is not None:
         recorder.log_model(trained, "agent")
-    write_text(cfg.artifacts / "train" / "curve.csv", recorder.csv())
-    write_text(cfg.artifacts / "train" / "dev_curve.csv", recorder.dev_csv(cfg.train.datasets[0]))
+    write_text(artifacts.train_curve(cfg), recorder.csv())
+    write_text(artifacts.dev_curve(cfg), recorder.dev_csv(cfg.train.datasets[0]))
     write_json(
-        cfg.artifacts / "train" / "model.json",
+        artifacts.train_model_json(cfg),
         {"model_uri": recorder.model_uri, "run_id": tracker.run_id, "path": str(trained), "backend": cfg.train.backend},
     )
     # The stage's summary is logged without a step (MLflow files it under step 0): leave out what the curve

@@ -100,12 +100,12 @@ def test_rollback_without_history(registry):
 def test_rollback_undoes_the_register_stage_promotion(mlflow_uri, tmp_path):
     from components.tracking import register
     from components.tracking.runs import stage_run
-    from tests.test_tracking import _train_and_eval
+    from tests.tiny_hf import train_and_eval
 
     cfg = parse_config({"project": {"artifacts_dir": str(tmp_path / "artifacts")}})
     client = mlflow.MlflowClient()
     for em in (0.5, 0.9):
-        _train_and_eval(cfg, tmp_path, em)
+        train_and_eval(cfg, tmp_path, em)
         with stage_run(cfg, "register") as tracker:
             register.run(cfg, tracker)
     assert _champion(client) == "2"

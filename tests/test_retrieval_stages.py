@@ -7,10 +7,11 @@ import json
 import pytest
 
 from components.config import parse_config
-from components.data.prepare import PASSAGES_FILE, QUESTIONS_FILE, prepared_dir, write_passages, write_questions
+from components import artifacts
+from components.data.prepare import write_passages, write_questions
 from components.data.schema import Passage, Question
 from components.retrieval import evaluate, index
-from components.retrieval.factory import index_root, make_backend
+from components.retrieval.factory import make_backend
 from components.tracking.tracker import NullTracker
 
 PASSAGES = [
@@ -39,10 +40,10 @@ QUESTIONS = [
 @pytest.fixture
 def cfg(tmp_path):
     cfg = parse_config({"project": {"artifacts_dir": str(tmp_path / "artifacts")}, "retrieval": {"eval_k": [1, 5]}})
-    out = prepared_dir(cfg)
+    out = artifacts.prepared(cfg)
     out.mkdir(parents=True)
-    write_passages(out / PASSAGES_FILE, PASSAGES)
-    write_questions(out / QUESTIONS_FILE, QUESTIONS)
+    write_passages(artifacts.passages(cfg), PASSAGES)
+    write_questions(artifacts.questions(cfg), QUESTIONS)
     return cfg
 
 
@@ -54,7 +55,7 @@ def test_index_builds_one_index_per_corpus_and_reruns_as_noop(cfg):
     manifest = json.loads(index.manifest_path(cfg).read_text())
     assert set(manifest) == {"wiki", "synthetic"}
     assert manifest["wiki"]["n_docs"] == 4 and manifest["wiki"]["backend"] == "embedded"
-    version_dir = index_root(cfg) / "wiki" / manifest["wiki"]["version"]
+    version_dir = artifacts.index(cfg) / "wiki" / manifest["wiki"]["version"]
     stamp = version_dir.stat().st_mtime_ns
 
     second = index.run(cfg, NullTracker())
@@ -68,7 +69,7 @@ def test_index_builds_one_index_per_corpus_and_reruns_as_noop(cfg):
 
 
 def test_index_without_prepared_passages_names_the_file(cfg):
-    (prepared_dir(cfg) / PASSAGES_FILE).unlink()
+    artifacts.passages(cfg).unlink()
     with pytest.raises(FileNotFoundError, match="passages.parquet"):
         index.run(cfg, NullTracker())
     assert not index.manifest_path(cfg).exists()

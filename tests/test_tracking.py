@@ -7,10 +7,9 @@ import pandas as pd
 import pytest
 
 from components.config import Config, parse_config
-from components.io import write_json
 from components.tracking import register
 from components.tracking.runs import STAGE_TAG, pipeline_run, stage_run
-from tests.tiny_hf import save_tiny_hf_model
+from tests.tiny_hf import train_and_eval
 
 
 def _cfg(tmp_path) -> Config:
@@ -45,22 +44,13 @@ def test_failed_stage_marks_run_failed(mlflow_uri, tmp_path):
     assert mlflow.MlflowClient().get_run(tracker.run_id).info.status == "FAILED"
 
 
-def _train_and_eval(cfg, tmp_path, em: float) -> None:
-    """What the train and evaluate stages leave behind: a logged model and eval metrics."""
-    model_dir = save_tiny_hf_model(tmp_path / f"model-{em}")
-    with stage_run(cfg, "train") as tracker:
-        uri = tracker.log_model(model_dir, "agent")
-    write_json(cfg.artifacts / "train" / "model.json", {"model_uri": uri})
-    write_json(cfg.artifacts / "metrics" / "eval.json", {"em": {"synthetic": {"dev": em}}})
-
-
 def test_champion_moves_only_on_a_win(mlflow_uri, tmp_path):
     cfg = _cfg(tmp_path)
     client = mlflow.MlflowClient()
     name = cfg.registry.model_name
     decisions = []
     for em in (0.5, 0.4, 0.9):
-        _train_and_eval(cfg, tmp_path, em)
+        train_and_eval(cfg, tmp_path, em)
         with stage_run(cfg, "register") as tracker:
             out = register.run(cfg, tracker)
         decisions.append(json.loads((cfg.artifacts / "register" / "decision.json").read_text()))
@@ -77,7 +67,7 @@ def test_champion_moves_only_on_a_win(mlflow_uri, tmp_path):
 
 def test_register_names_missing_metric(mlflow_uri, tmp_path):
     cfg = parse_config({"project": {"artifacts_dir": str(tmp_path / "artifacts")}, "registry": {"metric": "em/nope"}})
-    _train_and_eval(cfg, tmp_path, 0.5)
+    train_and_eval(cfg, tmp_path, 0.5)
     with pytest.raises(KeyError, match="em/nope"):
         with stage_run(cfg, "register") as tracker:
             register.run(cfg, tracker)

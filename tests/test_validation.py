@@ -165,8 +165,9 @@ def test_stage_failure_raises_keeps_report_and_drops_summary(tmp_path):
 
 
 def test_bad_input_files_name_the_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="questions.parquet"):
-        read_table(tmp_path / "questions.parquet", QUESTION_COLUMNS)
+    cfg = Config(project=ProjectConfig(artifacts_dir=str(tmp_path)), validation=V)
+    with pytest.raises(FileNotFoundError, match=r"prepared/questions\.parquet: not found \(run the prepare stage first"):
+        run(cfg, NullTracker())
     clean_questions().drop(columns=["answers"]).to_parquet(tmp_path / "q.parquet")
     with pytest.raises(DataError, match=r"q\.parquet: missing column\(s\) answers"):
         read_table(tmp_path / "q.parquet", QUESTION_COLUMNS)

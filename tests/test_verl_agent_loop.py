@@ -24,7 +24,7 @@ from components.retrieval.factory import make_backend
 from components.verl_backend.agent_loop import ProcessRewardOutput, agent_loop_config
 from components.verl_backend.reward import compute_score
 from components.verl_backend.tool import AgentR1SearchTool, write_tool_config
-from tests.test_verl_fixtures import REWARD, cfg, smollm2, tokenizer, verl_config  # noqa: F401
+from tests.verl_fixtures import REWARD, verl_config
 
 VALID = '<tool_call>{"name": "search", "arguments": {"query": "capital of France"}}</tool_call>'
 STRING_ARGS = '<tool_call>{"name": "search", "arguments": "capital"}</tool_call>'
@@ -51,7 +51,7 @@ class ScriptedServer:
 
 
 @pytest.fixture
-def setup(cfg, tmp_path, tokenizer):  # noqa: F811
+def setup(cfg, tmp_path, tokenizer):
     path = write_tool_config(cfg, tmp_path / "tool_config.yaml")
     tools = load_all_tools(tool_config_path=str(path), function_tool_path=None)
     return cfg, tools, verl_config(cfg), tokenizer
@@ -91,6 +91,11 @@ def tool_turn_head(tok) -> str:
 
 def segment_ends(mask):
     return [i for i, m in enumerate(mask) if m and (i + 1 == len(mask) or not mask[i + 1])]
+
+
+def test_fixture_index_answers(cfg):
+    hits = make_backend(cfg).search("toy", ["capital of France"], 2)[0]
+    assert hits[0].id == "fr"
 
 
 def test_tool_loads_through_verl_registry(setup):
@@ -182,7 +187,7 @@ def test_backend_failure_is_an_invalid_call_not_a_crash(setup):
     assert [r for _, r in out.process_rewards] == pytest.approx([INVALID])
 
 
-def test_tool_config_yaml_is_self_contained(cfg, tmp_path):  # noqa: F811
+def test_tool_config_yaml_is_self_contained(cfg, tmp_path):
     import yaml
 
     doc = yaml.safe_load(write_tool_config(cfg, tmp_path / "t.yaml").read_text())

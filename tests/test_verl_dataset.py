@@ -8,22 +8,11 @@ import pytest
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
 from components.agent.prompts import SYSTEM_PROMPT
-from components.data.prepare import QUESTIONS_FILE, prepared_dir, write_questions
-from components.data.schema import DataError, Question
+from components import artifacts
+from components.data.prepare import write_questions
+from components.data.schema import DataError
 from components.verl_backend.export import AGENT_NAME, export
-from tests.test_verl_fixtures import make_cfg, smollm2, tokenizer, verl_config  # noqa: F401
-
-QUESTIONS = [
-    Question("q1", "What is the capital of France?", ["Paris"], "synthetic", "train", ["fr"], "toy"),
-    Question("q2", "What is the capital of Italy?", ["Rome", "Roma"], "synthetic", "train", [], "toy"),
-    Question("q3", "What is the capital of Germany?", ["Berlin"], "synthetic", "dev", ["de"], "toy"),
-    Question("q4", "Which city is on the Nile?", ["Cairo"], "hotpotqa", "dev", ["eg"], "wiki"),
-    Question("q5", "Which city is on the Thames?", ["London"], "hotpotqa", "train", ["uk"], "wiki"),
-    Question("q6", "What is the capital of Spain?", ["Madrid"], "synthetic_cf", "train", [], "toy"),
-    Question("q7", "What is the capital of Spain?", ["Paris"], "synthetic_cf", "dev", [], "toy"),
-    Question("q8", "What is the capital of Italy?", ["Rome"], "synthetic", "dev", [], "toy"),
-]
-
+from tests.verl_fixtures import QUESTIONS, make_cfg, verl_config
 
 def ids(path) -> list[str]:
     return list(pd.read_parquet(path)["extra_info"].map(lambda e: e["id"]))
@@ -31,8 +20,8 @@ def ids(path) -> list[str]:
 
 def prepared(tmp_path, questions=QUESTIONS, **train):
     cfg = make_cfg(tmp_path, **train)
-    prepared_dir(cfg).mkdir(parents=True, exist_ok=True)
-    write_questions(prepared_dir(cfg) / QUESTIONS_FILE, questions)
+    artifacts.prepared(cfg).mkdir(parents=True, exist_ok=True)
+    write_questions(artifacts.questions(cfg), questions)
     return cfg
 
 
@@ -58,7 +47,7 @@ def test_export_takes_only_train_datasets(tmp_path):
     assert ids(paths["val"]) == ["q3", "q8", "q7"]  # no cap: every dev question of the datasets
 
 
-def test_rlhf_dataset_reads_our_parquet(tmp_path, tokenizer):  # noqa: F811
+def test_rlhf_dataset_reads_our_parquet(tmp_path, tokenizer):
     cfg = prepared(tmp_path)
     paths = export(cfg, tmp_path / "verl")
     data_cfg = verl_config(cfg).data
@@ -73,7 +62,7 @@ def test_rlhf_dataset_reads_our_parquet(tmp_path, tokenizer):  # noqa: F811
     assert SYSTEM_PROMPT in prompt and prompt.count(SYSTEM_PROMPT) == 1  # ours, not the template's default
 
 
-def test_rlhf_dataset_drops_prompts_longer_than_max_prompt_length(tmp_path, tokenizer):  # noqa: F811
+def test_rlhf_dataset_drops_prompts_longer_than_max_prompt_length(tmp_path, tokenizer):
     cfg = prepared(tmp_path)
     paths = export(cfg, tmp_path / "verl")
     data_cfg = verl_config(cfg).data
@@ -83,7 +72,7 @@ def test_rlhf_dataset_drops_prompts_longer_than_max_prompt_length(tmp_path, toke
 
 def test_missing_prepared_file_names_it(tmp_path):
     cfg = make_cfg(tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"prepared/questions.parquet: prepared questions not found"):
+    with pytest.raises(FileNotFoundError, match=r"prepared/questions.parquet: not found \(run the prepare stage first"):
         export(cfg, tmp_path / "verl")
 
 

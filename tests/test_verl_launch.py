@@ -14,7 +14,7 @@ from components.config import VERL_ESTIMATOR, Algorithm, load_config
 from components.verl_backend import launch
 from components.verl_backend.config import VerlConfig
 from verl.trainer.ppo.utils import need_critic
-from tests.test_verl_fixtures import make_cfg, save_tiny_model
+from tests.verl_fixtures import make_cfg, save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 ALGORITHMS = list(get_args(Algorithm))

@@ -11,7 +11,7 @@ from verl.trainer.ppo.reward import load_reward_manager
 
 from components.agent.prompts import render_tool_turn
 from components.verl_backend.reward import compute_score, final_answer
-from tests.test_verl_fixtures import REWARD, TOKENIZERS, make_cfg, smollm2, tiny_tokenizer, verl_config  # noqa: F401
+from tests.verl_fixtures import REWARD, TOKENIZERS, make_cfg, tiny_tokenizer, verl_config
 
 
 @pytest.fixture(scope="module", params=TOKENIZERS)

@@ -9,11 +9,11 @@ import pytest
 import yaml
 from verl.utils.tracking import Tracking
 
-from components.data.prepare import QUESTIONS_FILE, prepared_dir, write_questions
+from components import artifacts
+from components.data.prepare import write_questions
 from components.tracking.tracker import MlflowTracker
 from components.verl_backend import launch
-from tests.test_verl_dataset import QUESTIONS
-from tests.test_verl_fixtures import make_cfg
+from tests.verl_fixtures import QUESTIONS, make_cfg
 
 
 def test_verl_logger_writes_into_a_child_of_the_stage_run(mlflow_uri, tmp_path, monkeypatch):
@@ -49,8 +49,8 @@ def test_no_stage_run_means_no_child(tmp_path):
 
 def test_write_inputs_puts_files_where_the_command_points(tmp_path):
     cfg = make_cfg(tmp_path)
-    prepared_dir(cfg).mkdir(parents=True)
-    write_questions(prepared_dir(cfg) / QUESTIONS_FILE, QUESTIONS)
+    artifacts.prepared(cfg).mkdir(parents=True)
+    write_questions(artifacts.questions(cfg), QUESTIONS)
     p = launch.write_inputs(cfg)
     cmd = launch.build_command(cfg)
     for key, path in [("data.train_files", p.train), ("data.val_files", p.val),
@@ -74,8 +74,8 @@ def test_failed_training_run_is_a_launch_error_with_the_log_tail(mlflow_uri, tmp
     from components.verl_backend.config import VerlConfig
 
     cfg = make_cfg(tmp_path)
-    prepared_dir(cfg).mkdir(parents=True)
-    write_questions(prepared_dir(cfg) / QUESTIONS_FILE, QUESTIONS)
+    artifacts.prepared(cfg).mkdir(parents=True)
+    write_questions(artifacts.questions(cfg), QUESTIONS)
     monkeypatch.setattr(launch, "verl_config", lambda c: VerlConfig(extra_overrides=["trainer.no_such_key=1"]))
     with mlflow.start_run() as stage:
         tracker = MlflowTracker(stage.info.run_id)

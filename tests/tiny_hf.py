@@ -2,6 +2,9 @@
 
 from pathlib import Path
 
+from components import artifacts
+from components.io import write_json
+
 
 def save_tiny_hf_model(path: Path) -> Path:
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -16,3 +19,14 @@ def save_tiny_hf_model(path: Path) -> Path:
     Qwen2ForCausalLM(config).save_pretrained(path)
     fast.save_pretrained(path)
     return path
+
+
+def train_and_eval(cfg, tmp_path: Path, em: float) -> None:
+    """What the train and evaluate stages leave behind for register: a logged model and eval metrics."""
+    from components.tracking.runs import stage_run
+
+    model_dir = save_tiny_hf_model(tmp_path / f"model-{em}")
+    with stage_run(cfg, "train") as tracker:
+        uri = tracker.log_model(model_dir, "agent")
+    write_json(artifacts.train_model_json(cfg), {"model_uri": uri})
+    write_json(artifacts.eval_metrics(cfg), {"em": {"synthetic": {"dev": em}}})

@@ -8,7 +8,7 @@ from pathlib import Path
 from components.agent.prompts import SYSTEM_PROMPT
 from components.config import AgentConfig, SyntheticConfig, TinyModelConfig
 from components.data.synthetic import RELATIONS, World, generate_world
-from components.model.priming import answer_text, call_text
+from components.agent.parser import answer_text, call_text
 from components.model.tiny import build_model, build_tokenizer
 from components.retrieval.embedded import EmbeddedBackend
 from components.rollout.chat import ChatFormat

@@ -18,6 +18,15 @@ ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 _OPEN = re.compile(re.escape(TOOL_OPEN) + "|" + re.escape(ANSWER_OPEN))
 
 
+def call_text(query: str) -> str:
+    """The turn that searches for `query`, written exactly as parse_turn reads it."""
+    return TOOL_OPEN + json.dumps({"name": "search", "arguments": {"query": query}}) + TOOL_CLOSE
+
+
+def answer_text(answer: str) -> str:
+    return ANSWER_OPEN + answer + ANSWER_CLOSE
+
+
 @dataclass(frozen=True)
 class ToolCall:
     name: str

@@ -8,6 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from components import artifacts
+from components.artifacts import PASSAGES_FILE, QUESTIONS_FILE
 from components.config import Config, DataConfig
 from components.data.loaders import LOADERS
 from components.data.passages import PassageTable
@@ -27,13 +29,6 @@ QUESTION_SCHEMA = pa.schema(
     ]
 )
 PASSAGE_SCHEMA = pa.schema([(f, pa.string()) for f in ("id", "title", "text", "corpus")])
-QUESTIONS_FILE, PASSAGES_FILE = "questions.parquet", "passages.parquet"
-
-
-def prepared_dir(cfg: Config) -> Path:
-    return cfg.artifacts / "prepared"
-
-
 def load_all(data: DataConfig, data_root: Path) -> tuple[list[Question], list[Passage]]:
     """Every configured dataset, then the synthetic worlds; raises DataError on the first bad input."""
     parts = [(s.name, s.split) for s in data.datasets]  # one dataset may have several splits, each from one spec
@@ -93,7 +88,7 @@ def counts(questions: list[Question], passages: list[Passage]) -> dict[str, floa
 
 def run(cfg: Config, tracker) -> dict[str, float]:
     """Writes artifacts/prepared/{questions,passages}.parquet together, or nothing (stale outputs removed)."""
-    out = prepared_dir(cfg)
+    out = artifacts.prepared(cfg)
     try:
         questions, passages = load_all(cfg.data, cfg.data_root)
         with atomic_path(out) as tmp:
@@ -107,6 +102,6 @@ def run(cfg: Config, tracker) -> dict[str, float]:
         remove(out)
         bad = err.object[err.start : err.end]
         raise DataError(f"{out}: a loaded text is not encodable as UTF-8 ({err.reason}: {bad!r})") from None
-    tracker.log_input(out / QUESTIONS_FILE, context="prepare.questions")
-    tracker.log_input(out / PASSAGES_FILE, context="prepare.passages")
+    tracker.log_input(artifacts.questions(cfg), context="prepare.questions")
+    tracker.log_input(artifacts.passages(cfg), context="prepare.passages")
     return counts(questions, passages)

@@ -8,7 +8,8 @@ Systems (Agent-R1's comparison):
 EM and F1 use the official HotpotQA/SQuAD answer normalisation (components.agent.rewards).
 The agents are scored on their strict <answer> tag; direct and naive RAG on plain generation, with the strict
 parse reported beside it (em_strict, f1_strict, answered_strict). Generation runs in batches of at most
-evaluate.batch_tokens, with a progress bar on a terminal.
+evaluate.batch_tokens, with a progress bar on a terminal. artifacts/eval/report.html shows the table and the
+trajectories (html_report.py); `tracking.traces` episodes per system and set are logged as MLflow traces.
 """
 
 from __future__ import annotations
@@ -19,14 +20,17 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from components import artifacts
 from components.config import Config, EvalSetSpec
-from components.data.prepare import prepared_dir, read_questions
+from components.data.prepare import read_questions
 from components.data.schema import Question
+from components.evaluation.html_report import render
 from components.evaluation.report import flatten, put
 from components.io import write_json, write_text
-from components.model.loading import autocast, base_dir, load_model, pretrained_dir, trained_dir
+from components.model.loading import autocast, load_model
 from components.retrieval.factory import make_backend
 from components.rollout.evaluate import AgentResult, evaluate_agent, summarize
+from components.rollout.traces import from_result
 
 # system -> (which model, rollout mode)
 SYSTEMS = {
@@ -47,15 +51,16 @@ def select(questions: Sequence[Question], spec: EvalSetSpec) -> list[Question]:
 
 
 def run(cfg: Config, tracker) -> dict[str, float]:
-    questions = read_questions(prepared_dir(cfg) / "questions.parquet")
+    questions = read_questions(artifacts.require(cfg, artifacts.questions(cfg)))
     sets = {f"{s.dataset}/{s.split}": select(questions, s) for s in cfg.evaluate.sets}
     systems = ["agent", *cfg.evaluate.baselines]
-    dirs = {"trained": trained_dir(cfg), "base": base_dir(cfg), "pretrained": pretrained_dir(cfg)}
+    dirs = {"trained": artifacts.trained_model(cfg), "base": artifacts.base_model(cfg), "pretrained": artifacts.pretrained_model(cfg)}
     backend = make_backend(cfg)
     models = {}
     report: dict = {}
     rows: list[dict] = []
     predictions: list[dict] = []
+    by_pair: dict[tuple[str, str], list[AgentResult]] = {}
     try:
         for system in systems:
             which, mode = SYSTEMS[system]
@@ -70,16 +75,20 @@ def run(cfg: Config, tracker) -> dict[str, float]:
                 put(report, system, name, summary)
                 rows.append({"system": system, "set": name, **summary, "n": len(results)})
                 predictions += [{"system": system, "set": name, **_public(r)} for r in results]
+                by_pair[(system, name)] = results
                 tracker.log_text(_transcripts(results), f"trajectories/{system}/{name.replace('/', '_')}.txt")
+                tags = {"agentr1.system": system, "agentr1.set": name}
+                tracker.log_traces([from_result(r, **tags) for r in results[: cfg.tracking.traces]], f"evaluate/{system}/{name}")
     finally:
         backend.close()
 
-    out = cfg.artifacts / "eval"
-    write_text(out / "per_dataset.csv", _csv(rows))
-    write_text(out / "predictions.jsonl", "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
-    write_json(cfg.artifacts / "metrics" / "eval.json", report)
-    tracker.log_artifact(out / "per_dataset.csv", "eval")
-    tracker.log_artifact(out / "predictions.jsonl", "eval")
+    write_text(artifacts.eval_per_dataset(cfg), _csv(rows))
+    write_text(artifacts.eval_predictions(cfg), "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
+    write_text(artifacts.eval_report(cfg), render(rows, by_pair, cfg.evaluate.report_trajectories))
+    write_json(artifacts.eval_metrics(cfg), report)
+    tracker.log_artifact(artifacts.eval_per_dataset(cfg), "eval")
+    tracker.log_artifact(artifacts.eval_report(cfg), "eval")
+    tracker.log_artifact(artifacts.eval_predictions(cfg), "eval")
     flat = flatten(report)
     tracker.log_metrics(flat)
     return flat
@@ -88,6 +97,7 @@ def run(cfg: Config, tracker) -> dict[str, float]:
 def _public(r: AgentResult) -> dict:
     d = asdict(r)
     d.pop("transcript")
+    d.pop("steps")
     return d
 
 

@@ -15,15 +15,17 @@ import warnings
 
 import torch
 
+from components import artifacts
+from components.agent.parser import answer_text, call_text
 from components.agent.prompts import SYSTEM_PROMPT
 from components.config import Config
-from components.data.prepare import PASSAGES_FILE, QUESTIONS_FILE, prepared_dir, read_passages, read_questions
+from components.data.prepare import read_passages, read_questions
 from components.data.schema import Question
 from components.data.synthetic import COUNTERFACTUAL, FACTUAL, RELATIONS, question_text, words
 from components.io import atomic_path
 from components.model import warmup
-from components.model.loading import base_dir, load_model, pick_device, pretrained_dir
-from components.model.priming import answer_text, call_text, corpus_chunks, make_transcripts, prime
+from components.model.loading import load_model, pick_device
+from components.model.priming import corpus_chunks, make_transcripts, prime
 from components.model.source import SOURCE_FILE, materialise
 from components.model.tiny import build_model, build_tokenizer
 from components.retrieval.embedded import EmbeddedBackend
@@ -33,7 +35,7 @@ from components.rollout.chat import ChatFormat
 
 def run(cfg: Config, tracker) -> dict[str, float]:
     """artifacts/models/pretrained (the source as is) and artifacts/models/base (after the format warm-up, if any)."""
-    out, pretrained = base_dir(cfg), pretrained_dir(cfg)
+    out, pretrained = artifacts.base_model(cfg), artifacts.pretrained_model(cfg)
     if cfg.model.name_or_path == "tiny":
         with atomic_path(out) as tmp:
             metrics = build_tiny(cfg, tmp, tracker)
@@ -56,10 +58,8 @@ def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]
     """The format warm-up on train-split questions of train.datasets; the warmed-up model is saved at `out`."""
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
-    path = prepared_dir(cfg) / QUESTIONS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: not found (run the prepare stage first)")
-    train = [q for q in read_questions(path) if q.dataset in cfg.train.datasets and q.split == "train"]
+    prepared = read_questions(artifacts.require(cfg, artifacts.questions(cfg)))
+    train = [q for q in prepared if q.dataset in cfg.train.datasets and q.split == "train"]
     if not train:
         raise ValueError(f"model.warmup_steps: no train-split questions of train.datasets={cfg.train.datasets}")
     rng = random.Random(f"agentr1-warmup:{cfg.project.seed}")
@@ -98,26 +98,20 @@ def build_tiny(cfg: Config, out, tracker) -> dict[str, float]:
     if tc.num_threads:
         torch.set_num_threads(tc.num_threads)
     t0 = time.perf_counter()
-    src = prepared_dir(cfg)
-    for f in (QUESTIONS_FILE, PASSAGES_FILE):
-        if not (src / f).is_file():
-            raise FileNotFoundError(f"{src / f}: not found (run the prepare stage first)")
-    passages = [p for p in read_passages(src / PASSAGES_FILE) if p.corpus in (FACTUAL, COUNTERFACTUAL)]
-    questions = [q for q in read_questions(src / QUESTIONS_FILE) if q.dataset in (FACTUAL, COUNTERFACTUAL)]
+    questions_path = artifacts.require(cfg, artifacts.questions(cfg))
+    passages_path = artifacts.require(cfg, artifacts.passages(cfg))
+    passages = [p for p in read_passages(passages_path) if p.corpus in (FACTUAL, COUNTERFACTUAL)]
+    questions = [q for q in read_questions(questions_path) if q.dataset in (FACTUAL, COUNTERFACTUAL)]
     train_qs = [q for q in questions if q.dataset == FACTUAL and q.split == "train"]
     factual = [p for p in passages if p.corpus == FACTUAL]
     if not train_qs or not factual:
-        raise ValueError(f"{src}: the tiny model needs the synthetic world (data.synthetic.enabled: true)")
+        raise ValueError(f"{artifacts.prepared(cfg)}: the tiny model needs the synthetic world (data.synthetic.enabled: true)")
     entities = sorted({p.title for p in factual})
     rng = random.Random(f"agentr1-prime:{cfg.project.seed}")
     held_out = {q.question for q in questions if q.split != "train"}
     relations = sorted({r for q in train_qs for r in words(q.question) if r in RELATIONS})
     hops = cfg.data.synthetic.hops
-    # Half the priming questions are 1-hop when the world is multi-hop: their query's relation is the question's
-    # only relation, a deterministic copy, and that is what forms the copy-a-relation-from-the-question circuit.
-    # With only multi-hop prompts the target relation is a coin flip between the question's relations and the
-    # circuit never formed (measured, first-turn drill, dev: relation NLL stayed at chance, 2.1 nats, for 1100
-    # steps; with the 1-hop half the NLL of "either question relation" fell 1.47 -> 0.55 in 400 steps).
+    # Half the priming questions are 1-hop: a deterministic relation copy forms the copy circuit (docs/NOTES.md).
     n_one = len(train_qs) // 2 if hops > 1 else 0
     prime_qs = priming_questions(entities, relations, hops, len(train_qs) - n_one, held_out, rng)
     prime_qs += priming_questions(entities, relations, 1, n_one, held_out, rng)

@@ -1,4 +1,4 @@
-"""Where the base and trained models live, and how any stage loads them (both are HF directories)."""
+"""How any stage loads a model (an HF directory; where each lives: components/artifacts.py)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,6 @@ import torch
 from components.config import Config
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def base_dir(cfg: Config) -> Path:
-    return cfg.artifacts / "models" / "base"
-
-
-def pretrained_dir(cfg: Config) -> Path:
-    """The model before any format warm-up: what the direct and naive-RAG baselines use."""
-    return cfg.artifacts / "models" / "pretrained"
-
-
-def trained_dir(cfg: Config) -> Path:
-    return cfg.artifacts / "models" / "trained"
 
 
 def pick_device(cfg: Config) -> torch.device:

@@ -8,14 +8,11 @@ Two kinds of language-modelling data:
   transcripts after a random model turn, so every turn's choices get the same weight at a fraction of the cost.
   Each random draw is trained against the uniform distribution over what it was drawn from;
 - optionally the corpus itself (every token a target), separate and down-weighted (`prime_corpus_weight`, 0 in
-  the CPU profile): its targets (random facts) are high-loss noise that starves the copy-from-context signal
-  (measured: with corpus text mixed into the batches, queries after 700 steps still picked context entities
-  at chance rate; without it the copy formed in ~250 steps).
+  the CPU profile: its random facts starve the copy-from-context signal; docs/NOTES.md).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Sequence
@@ -25,20 +22,12 @@ import torch
 from tqdm import tqdm
 
 from components.agent.observation import format_hits
-from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, TOOL_CLOSE, TOOL_OPEN
+from components.agent.parser import answer_text, call_text
 from components.config import TinyModelConfig
 from components.data.schema import Passage, Question
 from components.data.synthetic import words
 from components.retrieval.base import SearchBackend
 from components.rollout.chat import ChatFormat
-
-
-def call_text(query: str) -> str:
-    return TOOL_OPEN + json.dumps({"name": "search", "arguments": {"query": query}}) + TOOL_CLOSE
-
-
-def answer_text(answer: str) -> str:
-    return ANSWER_OPEN + answer + ANSWER_CLOSE
 
 
 @dataclass
@@ -237,8 +226,7 @@ def prime(model, transcripts: list[Sequence_], probes: list[Sequence_], chunks: 
     """AdamW at a constant LR, in two phases, each until its probe passes (or its step cap).
 
     1. First turns only (question -> first query): the choice there is a copy from the question, and the
-       copy-from-context mechanism forms on it (measured: within 300-500 steps with 16 narrow heads). Ends
-       when `first_call_p` reaches `prime_first_call_p`.
+       copy-from-context mechanism forms on it. Ends when `first_call_p` reaches `prime_first_call_p`.
     2. Whole transcripts, cut after a random turn: the same copy, now from observations too, and unlearning
        phase 1's bias to the question's entity. Ends when `choice_kl` is down to `prime_choice_kl`. An optional, down-weighted corpus LM term rides along.
     """

@@ -15,11 +15,12 @@ import torch
 from tqdm import tqdm
 
 from components.agent.observation import format_hits
+from components.agent.parser import answer_text, call_text
 from components.agent.rewards import normalize_answer
 from components.config import Config
 from components.data.schema import Question
 from components.model.loading import autocast, freeze_below
-from components.model.priming import Sequence_, answer_text, call_text, lm_step
+from components.model.priming import Sequence_, lm_step
 from components.retrieval.base import SearchBackend
 from components.rollout.chat import ChatFormat
 

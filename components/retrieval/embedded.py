@@ -11,19 +11,8 @@ Ties are fair: passages with equal scores are ordered by a random key drawn per 
 own seeded one, or one passed in), never by passage id, so a policy cannot learn to exploit a fixed tie order.
 `reseed(*key)` restarts the backend's rng from (seed, *key); the trainer reseeds per step and per evaluation.
 
-Engine choice: bm25s over tantivy, measured with `benchmarks/bench_embedded.py --compare --repeats 5` on the
-pipeline corpus (wiki + synthetic, 10,018 passages; 500 queries: HotpotQA dev + synthetic dev; k=5), 2-core box
-shared with other jobs (absolute figures vary 2x with load; the ratios held over three runs):
-
-    engine                         index passages/s   QPS batch 64   QPS batch 128   single p50   recall@5 HotpotQA
-    bm25s + PyStemmer, title x2         ~6.5k            ~7.3k           ~7.5k         0.32 ms        0.755
-    bm25s, no stemmer, title x2         (interleaved A/B: within 10% of the stemmed QPS)        0.725
-    tantivy 0.27 en_stem (title+text)  ~10.4k            ~2.5k           ~1.9k         0.20 ms        0.748
-
-The RL search tool calls the backend in batches (e.g. 128 queries): one sparse product scores a whole batch,
-3-4x tantivy's per-query loop, at equal or better recall; fair tie-breaking needs every passage's score, which
-the sparse row gives for free (tantivy returns a fixed top-k ordered by doc address). Tantivy's single-query
-latency is lower, but the search tool is batched and an index is built once per corpus version.
+Engine: bm25s over tantivy: one sparse product scores a batch of queries 3-4x faster at equal recall, and
+fair ties need every passage's score (docs/NOTES.md).
 """
 
 from __future__ import annotations

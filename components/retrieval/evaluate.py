@@ -10,8 +10,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from components import artifacts
 from components.config import Config
-from components.data.prepare import QUESTIONS_FILE, prepared_dir, read_questions
+from components.data.prepare import read_questions
 from components.data.schema import Question
 from components.io import write_json
 from components.retrieval.base import SearchBackend
@@ -21,7 +22,7 @@ BATCH = 256
 
 
 def metrics_path(cfg: Config) -> Path:
-    return cfg.artifacts / "metrics" / "retrieval.json"
+    return artifacts.retrieval_metrics(cfg)
 
 
 def recall_at_k(
@@ -60,10 +61,7 @@ def recall_at_k(
 
 
 def run(cfg: Config, tracker) -> dict[str, float]:
-    source = prepared_dir(cfg) / QUESTIONS_FILE
-    if not source.is_file():
-        raise FileNotFoundError(f"{source}: not found (run the prepare stage first)")
-    questions = read_questions(source)
+    questions = read_questions(artifacts.require(cfg, artifacts.questions(cfg)))
     backend = make_backend(cfg)
     try:
         metrics = recall_at_k(backend, questions, cfg.retrieval.eval_k)

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
+from components import artifacts
 from components.config import Config
 from components.retrieval.base import SearchBackend
-
-
-def index_root(cfg: Config):
-    """Where the embedded backend keeps its versioned indexes and the index manifest."""
-    return cfg.artifacts / "index"
 
 
 def make_backend(cfg: Config) -> SearchBackend:
     if cfg.retrieval.backend == "embedded":
         from components.retrieval.embedded import EmbeddedBackend
 
-        return EmbeddedBackend(index_root(cfg), cfg.retrieval.embedded, seed=cfg.project.seed)
+        return EmbeddedBackend(artifacts.index(cfg), cfg.retrieval.embedded, seed=cfg.project.seed)
     if cfg.retrieval.backend == "elasticsearch":
         from components.retrieval.elasticsearch import ElasticsearchBackend  # needs the server only when chosen
 

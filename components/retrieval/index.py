@@ -10,17 +10,15 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from components import artifacts
 from components.config import Config
-from components.data.prepare import PASSAGES_FILE, prepared_dir, read_passages
+from components.data.prepare import read_passages
 from components.data.schema import Passage
 from components.io import exclusive, write_json
-from components.retrieval.factory import index_root, make_backend
-
-MANIFEST = "manifest.json"
-
+from components.retrieval.factory import make_backend
 
 def manifest_path(cfg: Config) -> Path:
-    return index_root(cfg) / MANIFEST
+    return artifacts.index_manifest(cfg)
 
 
 def by_corpus(passages: list[Passage]) -> dict[str, list[Passage]]:
@@ -31,9 +29,7 @@ def by_corpus(passages: list[Passage]) -> dict[str, list[Passage]]:
 
 
 def run(cfg: Config, tracker) -> dict[str, float]:
-    source = prepared_dir(cfg) / PASSAGES_FILE
-    if not source.is_file():
-        raise FileNotFoundError(f"{source}: not found (run the prepare stage first)")
+    source = artifacts.require(cfg, artifacts.passages(cfg))
     corpora = by_corpus(read_passages(source))
     if not corpora:
         raise ValueError(f"{source}: no passages to index")

@@ -22,11 +22,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from components import artifacts
 from components.config import Config
-from components.data.prepare import QUESTIONS_FILE, prepared_dir, read_questions
+from components.data.prepare import read_questions
 from components.data.schema import Question
 from components.io import atomic_path
-from components.model.loading import autocast, base_dir, freeze_below, load_model, pick_device, trained_dir
+from components.model.loading import autocast, freeze_below, load_model, pick_device
 from components.retrieval.factory import make_backend
 from components.rl import checkpoint as ckpt
 from components.rl.advantages import compute_advantages
@@ -36,6 +37,7 @@ from components.rl.losses import aggregate, kl_to_reference, policy_logprobs, po
 from components.rollout.chat import ChatFormat
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.evaluate import evaluate_agent, make_env, summarize, transcript
+from components.rollout.traces import log_train_traces
 
 SYNTHETIC, COUNTERFACTUAL = "synthetic", "synthetic_cf"
 
@@ -45,7 +47,7 @@ def checkpoint_root(cfg: Config) -> Path:
     keyed = {"seed": cfg.project.seed, "top_k": cfg.retrieval.top_k, "model": cfg.model.model_dump(mode="json"),
              "agent": cfg.agent.model_dump(mode="json"), "train": cfg.train.model_dump(mode="json")}  # fmt: skip
     digest = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]
-    return cfg.artifacts / "train" / "checkpoints" / digest
+    return artifacts.checkpoints(cfg) / digest
 
 
 def split_questions(questions: Sequence[Question], datasets: Sequence[str], split: str) -> list[Question]:
@@ -230,10 +232,7 @@ class Trainer:
 
 
 def _prepared_questions(cfg: Config) -> list[Question]:
-    path = prepared_dir(cfg) / QUESTIONS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: not found (run the prepare stage first)")
-    return read_questions(path)
+    return read_questions(artifacts.require(cfg, artifacts.questions(cfg)))
 
 
 def build_trainer(cfg: Config) -> Trainer:
@@ -241,7 +240,7 @@ def build_trainer(cfg: Config) -> Trainer:
     tc = cfg.train
     train_qs = split_questions(questions, tc.datasets, "train")
     if not train_qs:
-        raise ValueError(f"train.datasets={tc.datasets}: no train-split questions in {prepared_dir(cfg) / QUESTIONS_FILE}")
+        raise ValueError(f"train.datasets={tc.datasets}: no train-split questions in {artifacts.questions(cfg)}")
     eval_sets = {}
     for ds in tc.datasets:
         dev = split_questions(questions, [ds], "dev")[: tc.eval_questions]
@@ -251,7 +250,7 @@ def build_trainer(cfg: Config) -> Trainer:
         cf = split_questions(questions, [COUNTERFACTUAL], "dev")[: tc.eval_questions]
         if cf:
             eval_sets[f"dev/{COUNTERFACTUAL}"] = cf
-    policy, tok = load_model(base_dir(cfg), cfg, pick_device(cfg))
+    policy, tok = load_model(artifacts.base_model(cfg), cfg, pick_device(cfg))
     return Trainer(cfg, policy, tok, make_backend(cfg), train_qs, eval_sets)
 
 
@@ -289,6 +288,7 @@ def run(cfg: Config, tracker) -> dict[str, float]:
         if tc.eval_every and (n % tc.eval_every == 0 or n == tc.steps):
             final_eval = trainer.evaluate(n)
             metrics.update(final_eval)
+            log_train_traces(tracker, cfg, trajs, n)  # a few of this step's episodes as MLflow traces
             em = final_eval.get(target_key)
             if em is not None:
                 history["best_em"] = max(em, history["best_em"] or 0.0)
@@ -309,7 +309,7 @@ def run(cfg: Config, tracker) -> dict[str, float]:
         if done:
             break
     _flush(tracker, pending)
-    out_dir = trained_dir(cfg)
+    out_dir = artifacts.trained_model(cfg)
     with atomic_path(out_dir) as tmp:
         trainer.policy.save_pretrained(tmp)
         trainer.tok.save_pretrained(tmp)

@@ -151,6 +151,8 @@ def rollout(
         gen_lp: dict[int, list[float]] = {i: [] for i in active}
         live = torch.ones(len(active), dtype=torch.bool)
         budget = [cfg.max_total_tokens - len(trajs[i].input_ids) for i in active]
+        turn_start = time.time_ns()
+        turn_end = {i: turn_start for i in active}  # when each row's turn stopped (for traces)
         for step in range(cfg.max_tokens_per_turn):
             tok, lp, ent = _sample(logits, temperature, generator)
             tok, lp = tok.cpu(), lp.cpu()
@@ -162,21 +164,26 @@ def rollout(
                     gen_lp[i].append(float(lp[r]))
                     if int(tok[r]) in chat.stop_ids or len(gen[i]) >= budget[r]:
                         live[r] = False
+                        turn_end[i] = time.time_ns()
             stats.generated_tokens += int(sampled.sum())
             if progress is not None:
                 progress(int(sampled.sum()), 0)
             if not live.any() or step == cfg.max_tokens_per_turn - 1:
+                now = time.time_ns()
                 for r, i in enumerate(active):  # the last sampled token is fed with the next insertion
                     if sampled[r]:
                         unfed[i] = [gen[i][-1]]
+                    if live[r]:
+                        turn_end[i] = now
                 break
             feed = [[int(tok[r])] if sampled[r] else [chat.pad_id] for r in range(len(active))]
             logits = _feed_masked(batch, feed, sampled, chat.pad_id)
 
         # 2. the environment answers every turn at once (tool calls batched per tool)
-        tt = time.perf_counter()
+        tt, tool_start = time.perf_counter(), time.time_ns()
         results = env.step([trajs[i].episode for i in active], [prefill + chat.decode_turn(gen[i]) for i in active])
         stats.tool_seconds += time.perf_counter() - tt
+        tool_end = time.time_ns()
 
         # 3. record the turn; build the insertion for episodes that go on
         keep, chunks = [], []
@@ -185,6 +192,8 @@ def rollout(
             start = len(t.input_ids)
             t.add(gen[i], is_action=True, logprobs=gen_lp[i])
             t.turn_spans.append((start, len(t.input_ids)))
+            t.turn_times.append((turn_start, turn_end[i]))
+            t.tool_times.append((tool_start, tool_end))
             if res.reward:
                 t.rewards[_closing_index(t, start, chat.tool_close_id)] += res.reward
             ended_with_eos = chat.ended_with_eos(gen[i])

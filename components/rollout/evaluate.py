@@ -9,21 +9,21 @@ the agent on its strict answer tag.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from components.agent.env import ToolEnv
-from components.agent.parser import ANSWER_OPEN
+from components.agent.parser import ANSWER_OPEN, call_text
 from components.agent.rewards import exact_match, f1
 from components.agent.tools import SearchTool
 from components.config import AgentConfig
 from components.data.schema import Question
-from components.model.priming import call_text
 from components.retrieval.base import SearchBackend
 from components.rollout.chat import ChatFormat
 from components.rollout.answers import plain_answer
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.progress import GenerationProgress
+from components.rollout.steps import episode_steps
 from components.rollout.trajectory import Trajectory
 
 Mode = Literal["agent", "direct", "naive_rag"]
@@ -48,6 +48,9 @@ class AgentResult:
     em_strict: float = 0.0
     f1_strict: float = 0.0
     plain: bool = False  # scored as plain generation (direct, naive RAG)
+    outcome: float = 0.0  # the episode's outcome reward
+    process: float = 0.0  # the sum of its process rewards
+    steps: list[dict] = field(default_factory=list, compare=False)  # turns and tool calls with wall-clock times (rollout.steps)
 
 
 def make_env(backend: SearchBackend, questions: Sequence[Question], agent: AgentConfig, top_k: int,
@@ -144,7 +147,7 @@ def _result(t: Trajectory, chat: ChatFormat, plain: bool) -> AgentResult:
         text += f"\n    plain: {prediction!r}  EM={exact_match(prediction, gold):.0f} F1={f1(prediction, gold):.2f}"
     return AgentResult(ep.question.id, ep.question.dataset, ep.question.question, gold, prediction, ep.turns,
                        ep.n_valid_calls, exact_match(prediction, gold), f1(prediction, gold), text, strict, ep.em,
-                       ep.f1, plain)  # fmt: skip
+                       ep.f1, plain, ep.outcome, sum(ep.process_rewards), episode_steps(t))  # fmt: skip
 
 
 def _naive_rag_prompts(qs: list[Question], chat: ChatFormat, env: ToolEnv) -> list[list[int]]:

@@ -16,6 +16,8 @@ class Trajectory:
     rewards: list[float] = field(default_factory=list)  # process rewards on call-closing tokens, outcome on the last action
     logprobs: list[float] = field(default_factory=list)  # behaviour log-prob of each action token (0 elsewhere)
     turn_spans: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of each model turn
+    turn_times: list[tuple[int, int]] = field(default_factory=list)  # wall clock (ns) of each model turn's decode
+    tool_times: list[tuple[int, int]] = field(default_factory=list)  # wall clock (ns) of the batched tool step after each turn
 
     def add(self, ids, is_action: bool, logprobs=None) -> None:
         self.input_ids.extend(ids)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
+from components import artifacts
 from components.agent.parser import ToolCall, parse_turn
 from components.config import Config
 from components.data.schema import Question
@@ -69,7 +70,7 @@ def ask(cfg: Config, question: str, version: int | None = None, alias: str | Non
     from mlflow.exceptions import MlflowException
 
     from components.model.loading import autocast, pick_device
-    from components.retrieval.factory import index_root, make_backend
+    from components.retrieval.factory import make_backend
     from components.rollout.chat import ChatFormat
     from components.rollout.engine import RolloutStats, rollout
     from components.rollout.evaluate import make_env
@@ -88,7 +89,7 @@ def ask(cfg: Config, question: str, version: int | None = None, alias: str | Non
         except SearchError as e:
             raise AskError(f"search index for corpus {corpus!r}: {e}") from None
         if live is None:
-            where = index_root(cfg) / corpus if cfg.retrieval.backend == "embedded" else cfg.retrieval.elasticsearch.url
+            where = artifacts.index(cfg) / corpus if cfg.retrieval.backend == "embedded" else cfg.retrieval.elasticsearch.url
             raise AskError(f"no live search index for corpus {corpus!r} at {where}; run `agentr1 index` (or `dvc repro index`)")
         t_index = time.perf_counter()
         try:

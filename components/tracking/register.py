@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from components import artifacts
 from components.config import Config
 from components.evaluation.report import flatten
 from components.io import write_json
@@ -35,12 +36,10 @@ def decide(metric: str, value: float, champion_value: float | None, min_improvem
 def _lineage(cfg: Config) -> dict[str, str]:
     """Digests of the data and the index versions the model was trained and evaluated on."""
     tags: dict[str, str] = {}
-    prepared = cfg.artifacts / "prepared"
-    for name in ("questions", "passages"):
-        path = prepared / f"{name}.parquet"
+    for name, path in (("questions", artifacts.questions(cfg)), ("passages", artifacts.passages(cfg))):
         if path.exists():
             tags[f"data.{name}.sha256"] = file_digest(path)
-    manifest = cfg.artifacts / "index" / "manifest.json"
+    manifest = artifacts.index_manifest(cfg)
     if manifest.exists():
         for alias, info in json.loads(manifest.read_text()).items():
             tags[f"index.{alias}.version"] = str(info.get("version"))
@@ -52,11 +51,8 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     from mlflow.exceptions import MlflowException
 
     reg = cfg.registry
-    metrics_path = cfg.artifacts / "metrics" / "eval.json"
-    model_path = cfg.artifacts / "train" / "model.json"
-    for p in (metrics_path, model_path):
-        if not p.exists():
-            raise FileNotFoundError(f"{p}: missing; run the train and evaluate stages first")
+    metrics_path = artifacts.require(cfg, artifacts.eval_metrics(cfg))
+    model_path = artifacts.require(cfg, artifacts.train_model_json(cfg))
     eval_metrics = flatten(json.loads(metrics_path.read_text()))
     if reg.metric not in eval_metrics:
         raise KeyError(f"registry.metric {reg.metric!r} not in {metrics_path} (have: {sorted(eval_metrics)[:20]})")
@@ -85,7 +81,7 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     client.set_model_version_tag(reg.model_name, mv.version, "champion_decision", reason)
 
     decision = Decision(reg.model_name, str(mv.version), reg.metric, value, champion_version, champion_value, promoted, reason)
-    write_json(cfg.artifacts / "register" / "decision.json", asdict(decision))
+    write_json(artifacts.decision(cfg), asdict(decision))
     tracker.log_dict(asdict(decision), "register/decision.json")
     tracker.set_tags({"registered_version": str(mv.version), "promoted": str(promoted), "decision": reason})
     return {"registered_version": float(mv.version), "promoted": float(promoted), reg.metric: value}

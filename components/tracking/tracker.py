@@ -28,6 +28,9 @@ class NullTracker:
 
     def set_tags(self, tags: dict[str, str]) -> None: ...
 
+    def log_traces(self, episodes, session: str) -> None:
+        """Episodes (components.tracking.traces.EpisodeTrace) as MLflow traces of this run."""
+
 
 Tracker = NullTracker  # the interface; MlflowTracker implements the same methods
 
@@ -93,6 +96,14 @@ class MlflowTracker(NullTracker):
     def set_tags(self, tags: dict[str, str]) -> None:
         for k, v in tags.items():
             self._client.set_tag(self.run_id, k, v)
+
+    def log_traces(self, episodes, session: str) -> None:
+        from components.tracking.traces import write_traces
+
+        if episodes:
+            self._require_active()  # traces link to the active run
+            run = self._client.get_run(self.run_id)
+            write_traces(episodes, run.info.experiment_id, session, run.data.tags.get("agentr1.stage", ""))
 
 
 def _metric_key(key: str) -> str:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pandas as pd
+from tqdm import tqdm
 
 from components.validation.report import bound_results
 from components.validation.suites import SuiteSpec
@@ -49,7 +50,7 @@ def run_suites(
     context = _context(docs_dir)
     source = context.data_sources.add_pandas("prepared")
     results = {}
-    for spec in specs:
+    for spec in tqdm(specs, desc="validate", unit="suite", disable=None, dynamic_ncols=True):
         batch = source.add_dataframe_asset(spec.name).add_batch_definition_whole_dataframe("all")
         suite = context.suites.add(spec.suite())
         definition = context.validation_definitions.add(gx.ValidationDefinition(name=spec.name, data=batch, suite=suite))

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from components import artifacts
 from components.config import Config, ValidationConfig
 from components.data.schema import DataError
 from components.io import atomic_path, remove, write_json
@@ -40,8 +41,6 @@ class Outcome:
 
 
 def read_table(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: not found (run `agentr1 prepare` first)")
     try:
         df = pd.read_parquet(path)
     except Exception as err:  # pyarrow raises several types for a corrupt file
@@ -70,10 +69,9 @@ def validate_frames(
 
 
 def run(cfg: Config, tracker: Tracker) -> dict[str, float]:
-    prepared, out = cfg.artifacts / "prepared", cfg.artifacts / "validation"
-    summary_path, report_dir = out / "summary.json", out / "report"
+    summary_path, report_dir = artifacts.validation_summary(cfg), artifacts.validation_report(cfg)
     remove(summary_path)  # a stale pass must not outlive a failing run
-    q_path, p_path = prepared / "questions.parquet", prepared / "passages.parquet"
+    q_path, p_path = artifacts.require(cfg, artifacts.questions(cfg)), artifacts.require(cfg, artifacts.passages(cfg))
     questions, passages = read_table(q_path, QUESTION_COLUMNS), read_table(p_path, PASSAGE_COLUMNS)
     tracker.log_input(q_path, "validation")
     tracker.log_input(p_path, "validation")

@@ -17,7 +17,8 @@ import pandas as pd
 
 from components.agent.prompts import SYSTEM_PROMPT, initial_messages
 from components.rl.train import COUNTERFACTUAL, SYNTHETIC, split_questions
-from components.data.prepare import QUESTIONS_FILE, prepared_dir, read_questions
+from components import artifacts
+from components.data.prepare import read_questions
 from components.data.schema import DataError, Question
 from components.io import atomic_path
 
@@ -52,9 +53,7 @@ def export(cfg, out_dir: str | Path, eval_questions: int | None = None) -> dict[
     """Write train.parquet and val.parquet under `out_dir`; returns their paths.
 
     `eval_questions` caps each dataset's val questions."""
-    source = prepared_dir(cfg) / QUESTIONS_FILE
-    if not source.exists():
-        raise FileNotFoundError(f"{source}: prepared questions not found (run the prepare stage)")
+    source = artifacts.require(cfg, artifacts.questions(cfg))
     questions = read_questions(source)
     datasets = cfg.train.datasets  # as the local trainer: train.datasets' train split, their dev split for val
     val_sets = [*datasets, COUNTERFACTUAL] if SYNTHETIC in datasets else datasets

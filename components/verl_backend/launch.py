@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from components import artifacts
 from components.config import VERL_ESTIMATOR, Config
 from components.verl_backend.config import VerlConfig, verl_config
 
@@ -62,14 +63,14 @@ class Paths:
 
 
 def paths(cfg: Config) -> Paths:
-    return Paths(cfg.artifacts.resolve() / "verl")
+    return Paths(artifacts.verl_workdir(cfg))
 
 
 def model_path(cfg: Config, v: VerlConfig) -> str:
     if v.model_path:
         return v.model_path
     # the base_model stage turns every source (tiny, GGUF, HF dir, hub id) into this HF directory
-    return str(cfg.artifacts.resolve() / "models" / "base")  # = components.model.loading.base_dir
+    return str(artifacts.base_model(cfg).resolve())
 
 
 def has_process_rewards(cfg: Config) -> bool:
@@ -338,7 +339,7 @@ def merge(cfg: Config) -> Path:
     from components.io import atomic_path
 
     actor = latest_checkpoint(paths(cfg).checkpoints)
-    target = cfg.artifacts / "models" / "trained"
+    target = artifacts.trained_model(cfg)
     with atomic_path(target) as tmp:
         cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
                "--local_dir", str(actor), "--target_dir", str(tmp)]  # fmt: skip

@@ -1,5 +1,6 @@
 """Shared pieces for the verl tests: a params Config in a temp project, a real BM25 index, the tiny tokenizer,
-and verl's own Hydra config composed from our overrides (Hydra's compose API, same config module as main_ppo)."""
+and verl's own Hydra config composed from our overrides (Hydra's compose API, same config module as main_ppo).
+A pytest plugin (tests/conftest.py): its fixtures (cfg, tokenizer, smollm2) need no import."""
 
 from __future__ import annotations
 
@@ -7,13 +8,24 @@ from pathlib import Path
 
 import pytest
 
+from components import artifacts
 from components.config import Config, parse_config
-from components.data.schema import Passage
+from components.data.schema import Passage, Question
 
 PASSAGES = [
     Passage("fr", "France", "Paris is the capital and largest city of France.", corpus="toy"),
     Passage("de", "Germany", "Berlin is the capital of Germany.", corpus="toy"),
     Passage("it", "Italy", "Rome is the capital city of Italy.", corpus="toy"),
+]
+QUESTIONS = [
+    Question("q1", "What is the capital of France?", ["Paris"], "synthetic", "train", ["fr"], "toy"),
+    Question("q2", "What is the capital of Italy?", ["Rome", "Roma"], "synthetic", "train", [], "toy"),
+    Question("q3", "What is the capital of Germany?", ["Berlin"], "synthetic", "dev", ["de"], "toy"),
+    Question("q4", "Which city is on the Nile?", ["Cairo"], "hotpotqa", "dev", ["eg"], "wiki"),
+    Question("q5", "Which city is on the Thames?", ["London"], "hotpotqa", "train", ["uk"], "wiki"),
+    Question("q6", "What is the capital of Spain?", ["Madrid"], "synthetic_cf", "train", [], "toy"),
+    Question("q7", "What is the capital of Spain?", ["Paris"], "synthetic_cf", "dev", [], "toy"),
+    Question("q8", "What is the capital of Italy?", ["Rome"], "synthetic", "dev", [], "toy"),
 ]
 REWARD = {
     "answer_metric": "em",
@@ -76,7 +88,7 @@ def save_tiny_model(cfg: Config) -> Path:
     tok = tiny_tokenizer()
     small = TinyModelConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                             num_key_value_heads=1, max_position_embeddings=256)  # fmt: skip
-    path = cfg.artifacts / "models" / "base"
+    path = artifacts.base_model(cfg)
     build_model(tok, small, seed=0).save_pretrained(path)
     tok.save_pretrained(path)
     return path
@@ -98,9 +110,3 @@ def cfg(tmp_path) -> Config:
     build_index(c)
     return c
 
-
-def test_fixture_index_answers(cfg):
-    from components.retrieval.factory import make_backend
-
-    hits = make_backend(cfg).search("toy", ["capital of France"], 2)[0]
-    assert hits[0].id == "fr"

@@ -1,0 +1,66 @@
+"""Cost of logging evaluation episodes as MLflow traces, against the cost of the evaluation itself.
+
+Greedy agent episodes of the CPU profile's tiny model (random weights, so episodes run to max_turns: the
+most spans) on synthetic dev questions, then the same episodes as traces into a fresh sqlite store.
+
+    python benchmarks/bench_traces.py --questions 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from components.config import load_config
+from components.data.synthetic import generate_world
+from components.model.tiny import build_model, build_tokenizer
+from components.retrieval.embedded import EmbeddedBackend
+from components.rollout.evaluate import evaluate_agent
+from components.rollout.traces import from_result
+from components.tracking.traces import write_traces
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--questions", type=int, default=100)
+    args = ap.parse_args()
+    cfg = load_config(args.params)
+    torch.set_num_threads(cfg.model.tiny.num_threads)
+    world = generate_world(cfg.data.synthetic)
+    qs = world.questions("dev")[: args.questions]
+    with tempfile.TemporaryDirectory() as tmp:
+        backend = EmbeddedBackend(Path(tmp) / "index", cfg.retrieval.embedded)
+        backend.build(world.name, world.passages())
+        tok = build_tokenizer([p.text for p in world.passages()] + [q.question for q in qs], cfg.model.tiny.vocab_size)
+        model = build_model(tok, cfg.model.tiny, cfg.project.seed).eval()
+        t0 = time.perf_counter()
+        results = evaluate_agent(model, tok, qs, backend, cfg.agent, cfg.retrieval.top_k)
+        eval_s = time.perf_counter() - t0
+
+        import mlflow
+
+        mlflow.set_tracking_uri(f"sqlite:///{tmp}/mlflow.db")
+        exp = mlflow.create_experiment("bench", artifact_location=Path(tmp, "art").as_uri())
+        episodes = [from_result(r, **{"agentr1.system": "agent", "agentr1.set": "synthetic/dev"}) for r in results]
+        write_traces(episodes[:2], exp, "warm-up", "evaluate")  # store schema and tracing provider set up once
+        t0 = time.perf_counter()
+        with mlflow.start_run(experiment_id=exp):
+            write_traces(episodes, exp, "bench", "evaluate")
+        trace_s = time.perf_counter() - t0
+    spans = sum(1 + len(r.steps) for r in results)
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads "
+          f"{torch.get_num_threads()}")  # fmt: skip
+    print(f"evaluation: {len(qs)} episodes in {eval_s:.2f} s ({eval_s / len(qs) * 100:.2f} s per 100)")
+    print(f"traces: {len(episodes)} traces, {spans} spans, 3 assessments each, in {trace_s:.2f} s "
+          f"({trace_s / len(episodes) * 100:.2f} s per 100; {trace_s / eval_s:.2f}x the evaluation)")
+
+
+if __name__ == "__main__":
+    main()

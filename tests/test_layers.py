@@ -1,0 +1,111 @@
+"""The layer rules: a module imports only its own package and packages of strictly lower layers (LAYERS,
+bottom to top: a package or top-level module of components/; flows/ above everything). Lazy imports count."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LAYERS: list[set[str]] = [
+    {"secrets", "io", "env"},  # no project imports
+    {"config"},  # the one typed config; imports no backend
+    {"artifacts"},  # every artifact path
+    {"data", "tracking"},  # records and their Parquet files; MLflow runs, registry and alias moves
+    {"retrieval"},  # search backends over passages
+    {"agent"},  # tools, ToolEnv, the tool-call syntax, rewards
+    {"rollout"},  # chat format, multi-turn generation, trajectories, agent evaluation
+    {"model"},  # model sources, the tiny model and its priming, the format warm-up
+    {"rl", "evaluation", "validation", "serving"},  # the local trainer; EM/F1 report; GX suites; ask
+    {"verl_backend"},  # verl on Ray + vLLM (uses rl's estimator table)
+    {"training", "stages"},  # stage functions and the stage table
+    {"cli"},  # the agentr1 command
+    {"flows"},  # the Prefect orchestrator
+]
+# The register stage's module still lives in tracking/ (it reads evaluation's report): a stage, above the
+# rest of its package. It moves to the stage layer in issue 14; drop this line then.
+MODULE_LAYER = {"components.tracking.register": "training"}
+
+RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+
+
+def unit(module: str) -> str | None:
+    """The layer unit of a dotted module name: a components package or top-level module, or flows."""
+    if module in MODULE_LAYER:
+        return MODULE_LAYER[module]
+    parts = module.split(".")
+    if parts[0] == "flows":
+        return "flows"
+    if parts[0] == "components" and len(parts) > 1:
+        return parts[1]
+    return None
+
+
+def _modules(root: Path) -> list[tuple[Path, str]]:
+    out = []
+    for path in sorted((root / "components").rglob("*.py")) + sorted((root / "flows").rglob("*.py")):
+        dotted = ".".join(path.relative_to(root).with_suffix("").parts)
+        out.append((path, dotted.removesuffix(".__init__")))
+    return out
+
+
+def _imports(path: Path, dotted: str) -> list[tuple[int, str]]:
+    """(line, imported module) of every import, lazy ones inside functions included."""
+    found = []
+    package = dotted if path.name == "__init__.py" else dotted.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            # `from components import artifacts` imports the submodule: judge each name as a module
+            found += [(node.lineno, f"{base}.{a.name}" if base in ("components", "flows") else base) for a in node.names]
+    return found
+
+
+def violations(root: Path = ROOT) -> list[str]:
+    bad = []
+    for path, dotted in _modules(root):
+        src = unit(dotted)
+        if src is None:
+            continue
+        for line, module in _imports(path, dotted):
+            dst = unit(module)
+            if dst is None or dst == src:
+                continue
+            where = f"{path.relative_to(root)}:{line}: {dotted} ({src}) imports {module} ({dst})"
+            if src not in RANK or dst not in RANK:
+                bad.append(f"{where}: {src if src not in RANK else dst!r} has no layer (add it to LAYERS)")
+            elif RANK[dst] >= RANK[src]:
+                bad.append(f"{where}: layer {RANK[dst]} is not below layer {RANK[src]}")
+    return bad
+
+
+def test_no_import_points_upwards_or_sideways():
+    problems = violations()
+    assert not problems, "layer rules broken (tests/test_layers.py):\n" + "\n".join(problems)
+
+
+def test_the_rules_catch_a_violation(tmp_path):
+    """A config module importing a backend, and a component importing flows, are named with file:line."""
+    root = tmp_path
+    (root / "components" / "verl_backend").mkdir(parents=True)
+    (root / "flows").mkdir()
+    (root / "components" / "config.py").write_text("import os\nfrom components.verl_backend.config import X\n")
+    (root / "components" / "verl_backend" / "config.py").write_text("from components.config import Config\n")
+    (root / "components" / "cli.py").write_text("def f():\n    from flows.pipeline import pipeline\n")
+    (root / "flows" / "pipeline.py").write_text("from components import cli\n")
+    assert violations(root) == [
+        "components/cli.py:2: components.cli (cli) imports flows.pipeline (flows): layer 12 is not below layer 11",
+        "components/config.py:2: components.config (config) imports components.verl_backend.config (verl_backend): "
+        "layer 9 is not below layer 1",
+    ]
+
+
+def test_every_package_has_a_layer():
+    units = {unit(dotted) for _, dotted in _modules(ROOT)} - {None}
+    assert not units - set(RANK), f"packages without a layer in tests/test_layers.py: {sorted(units - set(RANK))}"
