@@ -44,9 +44,10 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from components.rl.checkpoint import CheckpointError
     from components.serving.ask import AskError
     from components.tracking.promote import PromotionError
+    from components.tracking.runs import TrackingError
 
     errors: list[type[BaseException]] = [ConfigError, DataError, ModelSourceError, SearchError, FileNotFoundError,
-                                         CheckpointError, PromotionError, AskError]  # fmt: skip
+                                         CheckpointError, PromotionError, AskError, TrackingError]  # fmt: skip
     try:
         from components.validation.validate import ValidationFailed
 
@@ -60,10 +61,13 @@ def _run(name: str, params: Path, sets: list[str] | None, **kwargs) -> None:
     apply_defaults()
     from components.config import load_config
     from components.stages import run_stage
+    from components.tracking.runs import cli_parent
 
     try:
         cfg = load_config(params, _overrides(sets))
-        metrics = run_stage(name, cfg, **kwargs)
+        # one pipeline run = one parent run: AGENTR1_PARENT_RUN_ID, else the running `dvc repro`/`dvc exp run`
+        with cli_parent(cfg) as parent_run_id:
+            metrics = run_stage(name, cfg, parent_run_id=parent_run_id, **kwargs)
     except _known_errors() as e:
         err.print(f"[bold red]agentr1 {name} failed:[/] {e}", markup=True, highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None

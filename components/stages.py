@@ -35,7 +35,7 @@ STAGES: dict[str, Stage] = {
         Stage("base_model", "components.model.base_model", "Resolve the base model; the CPU profile builds and format-primes a tiny Qwen2."),
         Stage("train", "components.training", "End-to-end RL of the search agent (local torch trainer, or verl on Ray + vLLM)."),
         Stage("evaluate", "components.evaluation.evaluate", "EM/F1 of the trained agent and the baselines, per dataset."),
-        Stage("register", "components.tracking.register", "Register the trained model; move the champion alias only if it wins."),
+        Stage("register", "components.registry.register", "Register the agent (pyfunc: weights, config, index) with compact evidence; move the champion alias only if it wins."),
     ]
 }
 

@@ -30,6 +30,13 @@ def _mlflow_stage_runs(project):
     return {r.data.tags["agentr1.stage"]: r for r in client.search_runs([exp.experiment_id])}
 
 
+def _all_runs(project):
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    return client.search_runs([client.get_experiment_by_name("agentr1").experiment_id])
+
+
 @pytest.mark.slow
 def test_dvc_repro_noop_and_exp_run_only_dependents(tmp_path):
     project = make_project(tmp_path / "p")
@@ -43,6 +50,10 @@ def test_dvc_repro_noop_and_exp_run_only_dependents(tmp_path):
     params = load_config(project / "params.yaml")
     assert runs["prepare"].data.params["retrieval.top_k"] == str(params.retrieval.top_k)  # the run's own params
     assert runs["prepare"].inputs.dataset_inputs, "prepare logs its outputs with digests"
+    # one `dvc repro` = one parent run, named after the commit, its stage runs nested under it
+    parent = runs["pipeline"]
+    assert parent.info.run_name.startswith("dvc repro @ ") and parent.info.status == "FINISHED"
+    assert {runs[s].data.tags["mlflow.parentRunId"] for s in DATA_STAGES} == {parent.info.run_id}
 
     again = run(["dvc", "repro", "retrieval_eval"], project)
     assert ran(again.stdout) == []
@@ -51,6 +62,12 @@ def test_dvc_repro_noop_and_exp_run_only_dependents(tmp_path):
     assert ran(exp.stdout) == ["retrieval_eval"]
     metrics = json.loads((project / "artifacts" / "metrics" / "retrieval.json").read_text())
     assert "recall@3/hotpotqa" in metrics and "recall@5/hotpotqa" not in metrics
+    after = _all_runs(project)
+    (exp_parent,) = [r for r in after if r.data.tags["agentr1.stage"] == "pipeline" and r.info.run_id != parent.info.run_id]
+    exp_name = exp_parent.data.tags["agentr1.dvc_exp"]
+    assert exp_name and exp_parent.info.run_name.startswith(f"dvc exp {exp_name} @ ")
+    (new_eval,) = [r for r in after if r.data.tags.get("mlflow.parentRunId") == exp_parent.info.run_id]
+    assert new_eval.data.tags["agentr1.stage"] == "retrieval_eval" and new_eval.data.params["retrieval.eval_k"] == "[1, 3]"
 
 
 @pytest.mark.slow
@@ -71,6 +88,8 @@ def test_corrupted_dataset_stops_at_validate(tmp_path):
     assert not (project / "artifacts" / "index").exists()
     assert not (project / "artifacts" / "validation" / "summary.json").exists()
     assert list((project / "artifacts" / "validation").rglob("*.html")), "the data-docs report is still written"
+    (parent,) = [r for r in _all_runs(project) if r.data.tags["agentr1.stage"] == "pipeline"]
+    assert parent.info.status == "FAILED"  # the failed stage fails its pipeline's parent run
 
 
 TINY_TRAINING = {

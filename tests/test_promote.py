@@ -98,7 +98,7 @@ def test_rollback_without_history(registry):
 
 
 def test_rollback_undoes_the_register_stage_promotion(mlflow_uri, tmp_path):
-    from components.tracking import register
+    from components.registry import register
     from components.tracking.runs import stage_run
     from tests.tiny_hf import train_and_eval
 

@@ -1,4 +1,4 @@
-"""The verl estimators we import, and the Agent-R1 advantage mask for GAE (compress, GAE, scatter back)."""
+"""The verl estimators we import, and the Agent-R1 advantage mask for GAE (verl's GAE over the action mask)."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import torch
 from verl.trainer.ppo import core_algos
 
 from components.config import MaskConfig, TrainConfig
-from components.rl.advantages import compress, compute_advantages, masked_gae, scatter_back
+from components.rl.advantages import compute_advantages
 
 ACTION = torch.tensor([[1, 1, 0, 0, 1, 1, 0], [1, 0, 0, 1, 1, 1, 1]], dtype=torch.float32)
 RESPONSE = torch.tensor([[1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1, 1]], dtype=torch.float32)
@@ -19,32 +19,72 @@ def rewards():
     return r
 
 
-def test_compress_scatter_roundtrip():
-    x = torch.arange(14, dtype=torch.float32).reshape(2, 7)
-    c, order = compress(x, ACTION)
-    assert c[0, :4].tolist() == [0, 1, 4, 5] and c[1, :5].tolist() == [7, 10, 11, 12, 13]
-    assert torch.equal(scatter_back(c, order, ACTION), x * ACTION)
+def episodes(seed: int, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random (action mask, token rewards, values): rows of different lengths, each several model turns with
+    observation gaps between them, process rewards on some action tokens, the outcome on the last one."""
+    g = torch.Generator().manual_seed(seed)
+    mask, rew = torch.zeros(rows, width), torch.zeros(rows, width)
+    for b in range(rows):
+        length, pos, action = int(torch.randint(2, width + 1, (1,), generator=g)), 0, True
+        while pos < length:
+            span = int(torch.randint(1, 8, (1,), generator=g))
+            mask[b, pos : min(length, pos + span)] = float(action)
+            pos, action = pos + span, not action
+        acts = mask[b].nonzero().squeeze(-1)
+        rew[b, acts] = torch.randn(len(acts), generator=g) * (torch.rand(len(acts), generator=g) < 0.2)
+        rew[b, acts[-1]] += 1.0
+    return mask, rew, torch.randn(rows, width, generator=g)
 
 
-def test_masked_gae_equals_gae_on_action_tokens_alone():
-    """GAE with the advantage mask = plain GAE on the sequence with the observation tokens cut out."""
-    torch.manual_seed(0)
-    values, r = torch.randn(2, 7), rewards()
-    adv, ret = masked_gae(r, values, ACTION, gamma=0.9, lam=0.8)
-    for row in range(2):
-        keep = ACTION[row].bool()
-        a_ref, r_ref = core_algos.compute_gae_advantage_return(
-            r[row, keep][None], values[row, keep][None], torch.ones(1, int(keep.sum())), torch.tensor(0.9), torch.tensor(0.8))
-        _, ret_full = core_algos.compute_gae_advantage_return(r, values, ACTION, torch.tensor(0.9), torch.tensor(0.8))
-        assert torch.allclose(ret[row, keep], r_ref[0], atol=1e-6)
-        assert torch.allclose(ret[row, keep], ret_full[row, keep], atol=1e-6)  # verl's own skip agrees
-    assert torch.all(adv[ACTION == 0] == 0) and torch.all(ret[ACTION == 0] == 0)
+def gae_on_action_tokens_cut_out(rew, values, mask, gamma, lam):
+    """The Agent-R1 definition: pack each row's action tokens to the front, GAE (verl's) on that, put them back."""
+    packed_r, packed_v, packed_m = (torch.zeros_like(mask) for _ in range(3))
+    for b in range(len(mask)):
+        keep = mask[b].bool()
+        n = int(keep.sum())
+        packed_r[b, :n], packed_v[b, :n], packed_m[b, :n] = rew[b, keep], values[b, keep], 1.0
+    adv, ret = core_algos.compute_gae_advantage_return(packed_r, packed_v, packed_m, torch.tensor(gamma),
+                                                       torch.tensor(lam))  # fmt: skip
+    out_adv, out_ret = torch.zeros_like(mask), torch.zeros_like(mask)
+    for b in range(len(mask)):
+        keep, n = mask[b].bool(), int(mask[b].sum())
+        out_adv[b, keep], out_ret[b, keep] = adv[b, :n], ret[b, :n]
+    return out_adv, out_ret
+
+
+@pytest.mark.parametrize("gamma,lam", [(1.0, 1.0), (0.9, 0.8), (0.99, 0.95), (0.5, 0.0)])
+@pytest.mark.parametrize("seed", range(5))
+def test_verl_gae_over_the_mask_is_gae_on_the_action_tokens_cut_out(seed, gamma, lam):
+    """Several turns, observation gaps, rows of different lengths. The returns are the same to the last bit. The
+    advantages are then whitened over the batch; the same numbers summed in other columns round differently in
+    float32 (verl_F.masked_whiten), so they agree to 1e-6, not bit for bit."""
+    mask, rew, values = episodes(seed, rows=6, width=40)
+    cfg = TrainConfig(algorithm="ppo", gamma=gamma, lam=lam)
+    adv, ret = compute_advantages(cfg, rew, mask, torch.ones_like(mask), np.array(["q"] * 6), values)
+    ref_adv, ref_ret = gae_on_action_tokens_cut_out(rew, values, mask, gamma, lam)
+    assert torch.equal(ret, ref_ret)
+    assert torch.allclose(adv, ref_adv, rtol=0, atol=1e-6)
+    assert torch.all(adv[mask == 0] == 0) and torch.all(ret[mask == 0] == 0)
+
+
+def test_verl_gae_leaves_the_carried_value_on_observation_tokens_which_we_zero():
+    """Why compute_advantages multiplies by the mask: verl's output on an observation token is the next action
+    token's (carried) advantage and return; with the loss over every response token (train.mask.loss=false)
+    that would credit observations."""
+    mask, rew, values = episodes(0, rows=4, width=30)
+    raw_adv, raw_ret = core_algos.compute_gae_advantage_return(rew, values, mask, torch.tensor(1.0), torch.tensor(0.95))
+    obs = (mask == 0) & (torch.arange(30) < mask.nonzero()[:, 1].max())
+    assert torch.any(raw_adv[obs] != 0) and torch.any(raw_ret[obs] != 0)
+    adv, ret = compute_advantages(TrainConfig(algorithm="ppo", lam=0.95), rew, mask, torch.ones_like(mask),
+                                  np.array(["q"] * 4), values)  # fmt: skip
+    assert torch.equal(adv, raw_adv * mask) and torch.equal(ret, raw_ret * mask)
 
 
 def test_gae_without_mask_bootstraps_through_observations():
     values, r = torch.randn(2, 7), rewards()
-    _, ret_on = masked_gae(r, values, ACTION, 1.0, 0.95)
-    _, ret_off = masked_gae(r, values, RESPONSE, 1.0, 0.95)
+    on, off = (TrainConfig(algorithm="ppo", lam=0.95, mask=MaskConfig(advantage=a)) for a in (True, False))
+    _, ret_on = compute_advantages(on, r, ACTION, RESPONSE, np.array(["q", "q"]), values)
+    _, ret_off = compute_advantages(off, r, ACTION, RESPONSE, np.array(["q", "q"]), values)
     assert not torch.allclose(ret_on[0, :2], ret_off[0, :2])
 
 

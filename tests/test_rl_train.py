@@ -20,7 +20,9 @@ import components.retrieval.index as index
 from components.config import parse_config
 from components.rl import checkpoint as ckpt
 from components.rl import train
+from components.rl.advantages import compute_advantages
 from components.rl.batch import collate
+from components.rl.losses import aggregate, kl_to_reference, policy_logprobs, policy_loss, value_loss
 from components.rollout.engine import rollout
 from components.tracking.tracker import NullTracker
 
@@ -141,6 +143,88 @@ def test_episodes_without_advantage_are_skipped_and_the_update_is_unchanged(prep
     assert any(not torch.equal(before[k], after[k]) for k in before)
     for k in after:
         assert torch.allclose(after[k], reference[k], atol=1e-6), k
+
+
+def reference_update(trainer: train.Trainer, batch) -> dict[str, float]:
+    """The update written straight through the pure functions, one loop (the trainer's code before it was split)."""
+    tc = trainer.tc
+    mask = batch.action_mask if tc.mask.loss else batch.response_mask
+    values = trainer._values(batch) if trainer.critic is not None else None
+    adv, returns = compute_advantages(tc, batch.token_rewards, batch.action_mask, batch.response_mask, batch.index,
+                                      values)  # fmt: skip
+    rows = trainer._rows_to_update(adv, mask)
+    parts = [(mb, *batch.trimmed(mb)) for mb in trainer._micro(batch, rows)]
+    old = torch.zeros_like(batch.response_mask)
+    with torch.no_grad():
+        for mb, b, r in parts:
+            old[mb, :r] = policy_logprobs(trainer.policy, b, tc.temperature, mask[mb, :r])[0]
+    n_tokens, n_seqs = int(mask.sum()), len(batch)
+    sums = dict.fromkeys(["pg_loss", "ppo_kl", "pg_clipfrac", "kl_ref", "value_loss", "grad_norm"], 0.0)
+    for _ in range(tc.ppo_epochs):
+        trainer.opt.zero_grad(set_to_none=True)
+        if trainer.critic_opt is not None:
+            trainer.critic_opt.zero_grad(set_to_none=True)
+        for mb, b, r in parts:
+            m = mask[mb, :r]
+            logp, entropy = policy_logprobs(trainer.policy, b, tc.temperature, m)
+            pg, pg_metrics = policy_loss(tc, old[mb, :r], logp, adv[mb, :r], m, n_tokens, n_seqs)
+            loss = pg - tc.entropy_coef * aggregate(tc, entropy, m, n_tokens, n_seqs)
+            if trainer.ref is not None:
+                with torch.no_grad():
+                    ref_logp, _ = policy_logprobs(trainer.ref, b, tc.temperature, m)
+                kl = aggregate(tc, kl_to_reference(tc, logp, ref_logp), m, n_tokens, n_seqs)
+                loss = loss + tc.kl_coef * kl
+                sums["kl_ref"] += float(kl.detach())
+            if trainer.critic is not None:
+                vf, _ = value_loss(tc, trainer.critic.values(b), returns[mb, :r], values[mb, :r], m, n_tokens, n_seqs)
+                loss = loss + vf
+                sums["value_loss"] += float(vf.detach())
+            loss.backward()
+            sums["pg_loss"] += float(pg.detach())
+            sums["ppo_kl"] += pg_metrics["actor/ppo_kl"] * len(b) / n_seqs
+            sums["pg_clipfrac"] += pg_metrics["actor/pg_clipfrac"] * len(b) / n_seqs
+        sums["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(trainer.trainable, tc.max_grad_norm))
+        trainer.opt.step()
+        if trainer.critic_opt is not None:
+            torch.nn.utils.clip_grad_norm_(trainer.critic.parameters(), tc.max_grad_norm)
+            trainer.critic_opt.step()
+    return {k: v / tc.ppo_epochs for k, v in sums.items()}
+
+
+@pytest.mark.parametrize("over", [
+    {"algorithm": "grpo", "kl_coef": 0.1, "entropy_coef": 0.01, "ppo_epochs": 2,
+     "loss_agg_mode": "seq-mean-token-mean"},
+    {"algorithm": "ppo", "ppo_epochs": 2, "gamma": 0.9, "lam": 0.8, "mask": {"loss": False}},
+], ids=["grpo-kl-entropy", "ppo"])  # fmt: skip
+def test_the_update_equals_the_losses_written_out_to_the_last_bit(prepared, tmp_path, over):
+    """Trainer.update (old log-probs, micro-batch losses, guarded step) against the same step written straight
+    through the pure loss functions: same metrics and same weights, policy, critic and optimizer state, bit for bit."""
+    cfg = parse_config(small_raw(fresh(prepared, tmp_path), steps=1, eval_every=0, micro_batch_size=2, **over))
+    trainer, reference = train.build_trainer(cfg), train.build_trainer(cfg)
+    qs = trainer.sample_questions(0)
+    trajs = rollout(trainer.policy, trainer.chat, trainer.env, [q for q in qs for _ in range(3)], cfg.agent,
+                    generator=torch.Generator().manual_seed(0))  # fmt: skip
+    batch = collate(trajs, trainer.chat.pad_id)
+    for i in range(len(batch)):  # rewards that differ within each group: every row carries signal
+        batch.token_rewards[i, int(batch.action_mask[i].nonzero().max())] += (i % 3) / 2
+    got, want = trainer.update(batch, 0), reference_update(reference, batch)
+    assert got["skipped_nonfinite"] == 0 and got["updated_fraction"] == 1.0
+    assert all(got[k] == want[k] for k in got if k in want), {k: (got[k], want[k]) for k in got if k in want}
+    assert got["grad_norm"] > 0 and ("kl_ref" in got) == (cfg.train.kl_coef > 0)
+    assert ("value_loss" in got) == (cfg.train.algorithm == "ppo")
+    for mine, theirs in [(trainer.policy, reference.policy), (trainer.critic, reference.critic)]:
+        if mine is not None:
+            a, b = mine.state_dict(), theirs.state_dict()
+            assert all(torch.equal(a[k], b[k]) for k in a)
+    assert tensor_equal(trainer.opt.state_dict()["state"], reference.opt.state_dict()["state"])
+    assert any(not torch.equal(v, p) for v, p in zip(trainer.policy.state_dict().values(),
+                                                     train.build_trainer(cfg).policy.state_dict().values()))
+
+
+def tensor_equal(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(tensor_equal(a[k], b[k]) for k in a)
+    return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
 
 
 # Kill -9 at exact points: a real SIGKILL of a real `train` stage process (MLflow store, curve.csv), then resume.

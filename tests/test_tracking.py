@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from components.config import Config, parse_config
-from components.tracking import register
-from components.tracking.runs import STAGE_TAG, pipeline_run, stage_run
+from components.registry import register
+from components.tracking.runs import STAGE_TAG, commit, pipeline_run, stage_run
 from tests.tiny_hf import train_and_eval
 
 
@@ -28,6 +28,7 @@ def test_stage_runs_nest_under_pipeline_and_log_params_metrics_inputs(mlflow_uri
     client = mlflow.MlflowClient()
     child = client.get_run(tracker.run_id)
     assert child.data.tags["mlflow.parentRunId"] == parent
+    assert client.get_run(parent).info.run_name == f"flow @ {commit()}"  # named after the commit
     assert child.data.tags[STAGE_TAG] == "prepare"
     assert child.data.params["retrieval.top_k"] == str(cfg.retrieval.top_k)
     assert child.data.metrics["recall_5/hotpotqa"] == 0.5
@@ -60,9 +61,24 @@ def test_champion_moves_only_on_a_win(mlflow_uri, tmp_path):
     champion = client.get_model_version_by_alias(name, "champion")
     assert str(champion.version) == "3" and champion.tags["em/synthetic/dev"] == "0.9"
     v2 = client.get_model_version(name, 2)
-    assert "does not beat" in v2.tags["champion_decision"]
-    loaded = mlflow.transformers.load_model(f"models:/{name}@champion", return_type="components")
-    assert "model" in loaded and "tokenizer" in loaded
+    assert "does not beat" in v2.tags["evidence.decision"]
+    # compact evidence: the decision metric, what it was compared with, lineage, the evaluation run; no other metric
+    assert champion.tags["evidence.compared_to"] == "v1 em/synthetic/dev=0.5"
+    assert client.get_model_version(name, 1).tags["evidence.compared_to"] == "no champion"
+    assert "em/hotpotqa/dev" not in champion.tags and not any(k.startswith("baseline/") for k in champion.tags)
+    eval_run_id = champion.tags["evidence.eval_run"].rsplit("/", 1)[-1]
+    assert client.get_run(eval_run_id).data.metrics["em/synthetic/dev"] == 0.9
+    assert champion.tags["evidence.eval_run"] in champion.description
+    evidence = {k for k in champion.tags if not k.startswith("champion.")}  # champion.*: the alias moves (promote)
+    assert evidence == {"em/synthetic/dev", "evidence.compared_to", "evidence.decision", "evidence.eval_run"}
+    # every metric stays on the register run and on the logged model
+    reg_run = client.get_run(champion.run_id)
+    assert reg_run.data.metrics["em/hotpotqa/dev"] == 0.45 and reg_run.data.metrics["baseline/direct/em/synthetic/dev"] == 0.0
+    logged = mlflow.get_logged_model(champion.source.removeprefix("models:/"))
+    assert {m.key: m.value for m in logged.metrics}["em/hotpotqa/dev"] == 0.45
+    # the version is the servable agent: a pyfunc with its weights and its config
+    meta = mlflow.models.get_model_info(f"models:/{name}@champion")
+    assert "python_function" in meta.flavors and meta.signature.inputs.input_names() == ["question"]
 
 
 def test_register_names_missing_metric(mlflow_uri, tmp_path):
@@ -114,3 +130,30 @@ def test_no_secret_reaches_the_params_table(mlflow_uri, tmp_path, repo_root):
     assert params["retrieval.elasticsearch.url"] == "http://***@127.0.0.1:9201"
     db = tmp_path / "mlflow.db"
     assert db.is_file() and not _stored_anywhere(db, "hunter2")
+
+
+def test_cli_stage_nests_under_AGENTR1_PARENT_RUN_ID(mlflow_uri, tmp_path, monkeypatch):
+    """The contract with whoever drives the CLI as one pipeline run: every stage run nests under the given id."""
+    from typer.testing import CliRunner
+
+    from components.cli import app
+    from components.tracking.runs import PARENT_ENV
+
+    cfg = _cfg(tmp_path)
+    (tmp_path / "params.yaml").write_text(json.dumps({"project": {"artifacts_dir": str(cfg.artifacts)}}))
+    train_and_eval(cfg, tmp_path, 0.5)
+    with pipeline_run(cfg, "driver") as parent:
+        pass
+    monkeypatch.setenv(PARENT_ENV, parent)
+    out = CliRunner().invoke(app, ["register"])
+    assert out.exit_code == 0, out.output
+    client = mlflow.MlflowClient()
+    exp = client.get_experiment_by_name(cfg.tracking.experiment)
+    (reg,) = client.search_runs([exp.experiment_id], filter_string=f"tags.`{STAGE_TAG}` = 'register'")
+    assert reg.data.tags["mlflow.parentRunId"] == parent
+
+    monkeypatch.setenv(PARENT_ENV, "0123456789abcdef0123456789abcdef")
+    out = CliRunner().invoke(app, ["register"])
+    assert out.exit_code == 1 and "Traceback" not in out.output
+    assert f"{PARENT_ENV}=0123456789abcdef0123456789abcdef: no such MLflow run" in " ".join(out.output.split())
+    assert len(client.search_runs([exp.experiment_id], filter_string=f"tags.`{STAGE_TAG}` = 'register'")) == 1

@@ -1,5 +1,10 @@
-"""Advantages: verl's estimators, plus what verl lacks (token-level process rewards are already in
-`token_rewards`; here: the Agent-R1 advantage mask for GAE: compress action tokens, run GAE, scatter back)."""
+"""Advantages: verl's estimators over the Agent-R1 advantage mask (process rewards are already in `token_rewards`).
+
+For GAE (PPO) the mask does what Agent-R1 asks: verl's `compute_gae_advantage_return` carries the next value and
+advantage across mask-0 tokens, so observation tokens are skipped as if they were not there (tests/
+test_rl_advantages.py checks this against GAE on the action tokens cut out). Its output on mask-0 tokens is that
+carried value, not 0; it is zeroed here, so a loss over all response tokens gives observations no advantage.
+"""
 
 from __future__ import annotations
 
@@ -9,29 +14,6 @@ from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
 
 from components.config import VERL_ESTIMATOR, TrainConfig
-
-
-def compress(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Move the masked entries of each row to its front, in order. Returns (compressed, order)."""
-    # stable sort of (1 - mask) puts mask==1 columns first without reordering them
-    order = torch.sort((1 - mask).to(torch.int8), dim=-1, stable=True).indices
-    return x.gather(-1, order), order
-
-
-def scatter_back(y: torch.Tensor, order: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    out = torch.zeros_like(y).scatter(-1, order, y)
-    return out * mask
-
-
-def masked_gae(
-    token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAE over the tokens in `mask` only, as if the rest (observations) were not there."""
-    r, order = compress(token_rewards, mask)
-    v, _ = compress(values, mask)
-    m, _ = compress(mask, mask)
-    adv, ret = core_algos.compute_gae_advantage_return(r * m, v * m, m, torch.tensor(gamma), torch.tensor(lam))
-    return scatter_back(adv, order, mask), scatter_back(ret, order, mask)
 
 
 def compute_advantages(
@@ -44,11 +26,13 @@ def compute_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, returns), each (B, R). `mask.advantage` picks action tokens or all response tokens."""
     mask = action_mask if cfg.mask.advantage else response_mask
+    fn = core_algos.get_adv_estimator_fn(VERL_ESTIMATOR[cfg.algorithm])
     if cfg.algorithm == "ppo":
         if values is None:
             raise ValueError("train.algorithm=ppo needs critic values")
-        return masked_gae(token_rewards, values, mask, cfg.gamma, cfg.lam)
-    fn = core_algos.get_adv_estimator_fn(VERL_ESTIMATOR[cfg.algorithm])
+        adv, returns = fn(token_level_rewards=token_rewards, values=values, response_mask=mask,
+                          gamma=torch.tensor(cfg.gamma), lam=torch.tensor(cfg.lam))  # fmt: skip
+        return adv * mask, returns * mask
     algo = AlgoConfig(gamma=cfg.gamma, lam=cfg.lam)
     if cfg.algorithm == "reinforce_plus_plus":
         return fn(token_level_rewards=token_rewards, response_mask=mask, config=algo)

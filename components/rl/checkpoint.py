@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import re
 import shutil
@@ -152,3 +153,72 @@ def load(path: Path, modules: dict[str, torch.nn.Module], optimizers: dict[str, 
         o.load_state_dict(blob["optimizers"][k])
     set_rng_state(blob["rng"])
     return state
+
+
+def flush(tracker, pending: list[tuple[int, dict[str, Any]]]) -> None:
+    """Log each (step, metrics); keys without a section go under train/, non-finite values are left out."""
+    for n, metrics in pending:
+        tracker.log_metrics({f"train/{k}" if "/" not in k else k: v for k, v in metrics.items()
+                             if isinstance(v, (int, float)) and math.isfinite(v)}, step=n)  # fmt: skip
+
+
+class TrainLog:
+    """A training run's bookkeeping: checkpoints, the curve, best dev EM, and the metrics sent to the tracker.
+
+    A step's metrics reach the tracker only after a checkpoint holds them; a resumed run first re-logs the
+    checkpoint's curve. So the tracker's run holds every step exactly once, whatever point a kill -9 hit.
+    """
+
+    def __init__(self, root: Path, modules: dict[str, torch.nn.Module], optimizers: dict[str, torch.optim.Optimizer],
+                 tracker) -> None:  # fmt: skip
+        self.root, self.modules, self.optimizers, self.tracker = root, modules, optimizers, tracker
+        self.start = 0
+        self.curve: list[tuple[int, dict[str, Any]]] = []  # checkpointed
+        self.pending: list[tuple[int, dict[str, Any]]] = []  # not yet checkpointed (nor logged)
+        self.history: dict[str, Any] = {"best_em": None, "steps_to_target": None}
+
+    def resume(self) -> int:
+        """Load the latest usable checkpoint into the modules and optimizers; the step to start from."""
+        state = load_latest(self.root, self.modules, self.optimizers)
+        if state is not None:
+            self.start, self.curve, self.history = state["step"], state["curve"], state["history"]
+            flush(self.tracker, self.curve)
+            self.tracker.set_tags({"resumed_from_step": str(self.start), "resumed_from_run": str(state["run_id"])})
+        return self.start
+
+    def dev_em(self, n: int, em: float | None, target: float | None) -> None:
+        """Note held-out dev EM after step n: the best so far, and the first step that reached `target`."""
+        if em is None:
+            return
+        self.history["best_em"] = max(em, self.history["best_em"] or 0.0)
+        if target is not None and em >= target and self.history["steps_to_target"] is None:
+            self.history["steps_to_target"] = n
+
+    def last_eval(self) -> dict[str, float]:
+        """The dev metrics of the curve's last evaluated step ({} when none)."""
+        evals = [{k: v for k, v in m.items() if k.startswith("dev/")} for _, m in self.curve]
+        return next((e for e in reversed(evals) if e), {})
+
+    @property
+    def reached_target(self) -> bool:
+        return self.history["steps_to_target"] is not None
+
+    def record(self, n: int, metrics: dict[str, Any]) -> None:
+        self.pending.append((n, metrics))
+
+    def checkpoint(self, n: int) -> None:
+        """Save step n with the curve so far, then log the steps it newly holds."""
+        self.curve += self.pending
+        save(self.root, n, self.modules, self.optimizers,
+             {"run_id": self.tracker.run_id, "history": self.history, "curve": self.curve})  # fmt: skip
+        flush(self.tracker, self.pending)
+        self.pending = []
+
+    def close(self) -> None:
+        """Log what no checkpoint holds (the step-0 evaluation when no step ran)."""
+        flush(self.tracker, self.pending)
+        self.pending = []
+
+    def steps_done(self) -> int:
+        last = latest(self.root)
+        return int(last.name.split("-")[1]) if last is not None else self.start

@@ -79,3 +79,36 @@ def value_loss(cfg: TrainConfig, vpreds, returns, old_values, mask, batch_num_to
         vpreds, returns, old_values, mask, cfg.value_clip, cfg.loss_agg_mode,
         batch_num_tokens=batch_num_tokens, global_batch_size=global_batch_size,
     )  # fmt: skip
+
+
+def micro_batch_loss(
+    cfg: TrainConfig,
+    logp: torch.Tensor,
+    entropy: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    batch_num_tokens: int,
+    global_batch_size: int,
+    ref_logp: torch.Tensor | None = None,
+    value_terms: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of one micro-batch: clipped policy loss - entropy bonus + KL to the reference + value loss.
+
+    `value_terms` is (predicted values, returns, old values) for PPO's critic. Returns the loss and its terms as
+    floats: pg_loss, ppo_kl, pg_clipfrac, and kl_ref / value_loss when present."""
+    pg, pg_metrics = policy_loss(cfg, old_logp, logp, advantages, mask, batch_num_tokens, global_batch_size)
+    loss = pg
+    terms = {"pg_loss": float(pg.detach()), "ppo_kl": pg_metrics["actor/ppo_kl"],
+             "pg_clipfrac": pg_metrics["actor/pg_clipfrac"]}  # fmt: skip
+    if cfg.entropy_coef:
+        loss = loss - cfg.entropy_coef * aggregate(cfg, entropy, mask, batch_num_tokens, global_batch_size)
+    if ref_logp is not None:
+        kl = aggregate(cfg, kl_to_reference(cfg, logp, ref_logp), mask, batch_num_tokens, global_batch_size)
+        loss = loss + cfg.kl_coef * kl
+        terms["kl_ref"] = float(kl.detach())
+    if value_terms is not None:
+        vf, _ = value_loss(cfg, *value_terms, mask, batch_num_tokens, global_batch_size)
+        loss = loss + vf
+        terms["value_loss"] = float(vf.detach())
+    return loss, terms

@@ -1,18 +1,16 @@
 """The local trainer (train stage, backend `local`): rollout -> rewards -> advantages -> clipped update.
 
 Each step samples `questions_per_step` training questions, rolls out `group_size` episodes of each with the
-current policy, turns rewards into advantages (verl's estimators; GAE with the advantage mask for PPO) and
+current policy, turns rewards into advantages (verl's estimators over the advantage mask) and
 takes one optimizer step (micro-batches accumulate gradients; `ppo_epochs` passes). Step s draws its questions
 and sampling noise from (seed, s) alone, so a run resumed from a checkpoint repeats exactly what it would have done.
 """
 
 from __future__ import annotations
 
-import hashlib
-
 import copy
+import hashlib
 import json
-import math
 import random
 import time
 from collections.abc import Sequence
@@ -33,7 +31,7 @@ from components.rl import checkpoint as ckpt
 from components.rl.advantages import compute_advantages
 from components.rl.batch import Batch, collate
 from components.rl.critic import Critic
-from components.rl.losses import aggregate, kl_to_reference, policy_logprobs, policy_loss, value_loss
+from components.rl.losses import micro_batch_loss, policy_logprobs
 from components.rollout.chat import ChatFormat
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.evaluate import evaluate_agent, make_env, summarize, transcript
@@ -117,6 +115,7 @@ class Trainer:
         return metrics, trajs
 
     def update(self, batch: Batch, step: int) -> dict[str, float]:
+        """Advantages, then `ppo_epochs` passes of: micro-batch losses (gradients accumulate), one guarded step."""
         tc = self.tc
         loss_mask = batch.action_mask if tc.mask.loss else batch.response_mask
         values = self._values(batch) if self.critic is not None else None
@@ -124,72 +123,85 @@ class Trainer:
                                           batch.index, values)  # fmt: skip
         rows = self._rows_to_update(adv, loss_mask)
         parts = [(mb, *batch.trimmed(mb)) for mb in self._micro(batch, rows)]  # (rows, trimmed batch, width)
-        old_logp = None
-        if tc.ppo_epochs > 1:
-            with torch.no_grad():
-                old_logp = torch.zeros_like(batch.response_mask)
-                for mb, b, r in parts:
-                    with self.amp():
-                        old_logp[mb, :r] = policy_logprobs(self.policy, b, tc.temperature, loss_mask[mb, :r])[0]
+        old_logp = self._old_logprobs(batch, parts, loss_mask) if tc.ppo_epochs > 1 else None
         n_tokens, n_seqs = int(loss_mask.sum()), len(batch)
         self.policy.train()
         sums: dict[str, float] = {"pg_loss": 0.0, "ppo_kl": 0.0, "pg_clipfrac": 0.0}  # 0 when no row has signal
         skipped = 0
         for _epoch in range(tc.ppo_epochs):
-            self.opt.zero_grad(set_to_none=True)
-            if self.critic_opt is not None:
-                self.critic_opt.zero_grad(set_to_none=True)
+            self._zero_grad()
             finite = True
             for mb, b, r in parts:
-                m = loss_mask[mb, :r]
-                with self.amp():
-                    logp, entropy = policy_logprobs(self.policy, b, tc.temperature, m)
-                old = old_logp[mb, :r] if old_logp is not None else logp.detach()
-                pg, pg_metrics = policy_loss(tc, old, logp, adv[mb, :r], m, n_tokens, n_seqs)
-                loss = pg
-                if tc.entropy_coef:
-                    loss = loss - tc.entropy_coef * aggregate(tc, entropy, m, n_tokens, n_seqs)
-                if self.ref is not None:
-                    with torch.no_grad():
-                        with self.amp():
-                            ref_logp, _ = policy_logprobs(self.ref, b, tc.temperature, m)
-                    kl = aggregate(tc, kl_to_reference(tc, logp, ref_logp), m, n_tokens, n_seqs)
-                    loss = loss + tc.kl_coef * kl
-                    sums["kl_ref"] = sums.get("kl_ref", 0.0) + float(kl.detach())
-                if self.critic is not None:
-                    with self.amp():
-                        vpred = self.critic.values(b)
-                    vf, vf_clip = value_loss(tc, vpred, returns[mb, :r], values[mb, :r], m, n_tokens, n_seqs)
-                    loss = loss + vf
-                    sums["value_loss"] = sums.get("value_loss", 0.0) + float(vf.detach())
+                old = old_logp[mb, :r] if old_logp is not None else None
+                vals = (returns[mb, :r], values[mb, :r]) if values is not None else None
+                loss, terms = self._micro_loss(b, loss_mask[mb, :r], adv[mb, :r], old, vals, n_tokens, n_seqs)
+                for k in ("kl_ref", "value_loss"):  # summed before the finiteness check, as before the split
+                    if k in terms:
+                        sums[k] = sums.get(k, 0.0) + terms[k]
                 if not torch.isfinite(loss):
                     finite = False
                     break
                 loss.backward()
-                sums["pg_loss"] += float(pg.detach())
-                sums["ppo_kl"] += pg_metrics["actor/ppo_kl"] * len(b) / n_seqs
-                sums["pg_clipfrac"] += pg_metrics["actor/pg_clipfrac"] * len(b) / n_seqs
-            if not parts:  # nothing to learn from: the step AdamW would take on an all-zero gradient
-                for p in self.trainable:
-                    p.grad = torch.zeros_like(p)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, tc.max_grad_norm) if finite else None
-            if not finite or not torch.isfinite(grad_norm):
-                self.opt.zero_grad(set_to_none=True)
-                if self.critic_opt is not None:
-                    self.critic_opt.zero_grad(set_to_none=True)
+                sums["pg_loss"] += terms["pg_loss"]
+                sums["ppo_kl"] += terms["ppo_kl"] * len(b) / n_seqs
+                sums["pg_clipfrac"] += terms["pg_clipfrac"] * len(b) / n_seqs
+            grad_norm = self._optimizer_step(finite, has_rows=bool(parts))
+            if grad_norm is None:
                 skipped += 1
                 continue
-            self.opt.step()
-            if self.critic_opt is not None:
-                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), tc.max_grad_norm)
-                self.critic_opt.step()
-            sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm)
+            sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
         epochs = max(1, tc.ppo_epochs - skipped)
         out = {k: v / epochs for k, v in sums.items()}
         out["skipped_nonfinite"] = float(skipped)
         out["updated_fraction"] = len(rows) / n_seqs
         out["advantage_abs"] = float((adv.abs() * loss_mask).sum() / loss_mask.sum().clamp(min=1))
         return out
+
+    @torch.no_grad()
+    def _old_logprobs(self, batch: Batch, parts: list, loss_mask: torch.Tensor) -> torch.Tensor:
+        """The behaviour policy's log-probs, before the first of several epochs changes it."""
+        old_logp = torch.zeros_like(batch.response_mask)
+        for mb, b, r in parts:
+            with self.amp():
+                old_logp[mb, :r] = policy_logprobs(self.policy, b, self.tc.temperature, loss_mask[mb, :r])[0]
+        return old_logp
+
+    def _micro_loss(self, b: Batch, mask: torch.Tensor, adv: torch.Tensor, old_logp: torch.Tensor | None,
+                    returns_values: tuple[torch.Tensor, torch.Tensor] | None, n_tokens: int, n_seqs: int):  # fmt: skip
+        """Forward passes of one micro-batch (policy, reference, critic), then its loss and terms."""
+        tc = self.tc
+        with self.amp():
+            logp, entropy = policy_logprobs(self.policy, b, tc.temperature, mask)
+        ref_logp = value_terms = None
+        if self.ref is not None:
+            with torch.no_grad(), self.amp():
+                ref_logp, _ = policy_logprobs(self.ref, b, tc.temperature, mask)
+        if self.critic is not None:
+            with self.amp():
+                vpred = self.critic.values(b)
+            value_terms = (vpred, *returns_values)
+        old = old_logp if old_logp is not None else logp.detach()
+        return micro_batch_loss(tc, logp, entropy, old, adv, mask, n_tokens, n_seqs, ref_logp, value_terms)
+
+    def _optimizer_step(self, finite: bool, has_rows: bool) -> float | None:
+        """Clip and step (the critic too); the grad norm, or None with no step when the loss or norm is not finite."""
+        if not has_rows:  # nothing to learn from: the step AdamW would take on an all-zero gradient
+            for p in self.trainable:
+                p.grad = torch.zeros_like(p)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, self.tc.max_grad_norm) if finite else None
+        if grad_norm is None or not torch.isfinite(grad_norm):
+            self._zero_grad()
+            return None
+        self.opt.step()
+        if self.critic_opt is not None:
+            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.tc.max_grad_norm)
+            self.critic_opt.step()
+        return float(grad_norm)
+
+    def _zero_grad(self) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        if self.critic_opt is not None:
+            self.critic_opt.zero_grad(set_to_none=True)
 
     def _values(self, batch: Batch) -> torch.Tensor:
         """The critic's value of every response position, before the update."""
@@ -261,25 +273,17 @@ def run(cfg: Config, tracker) -> dict[str, float]:
         torch.set_num_threads(tc.num_threads)
     torch.manual_seed(cfg.project.seed)
     trainer = build_trainer(cfg)
-    root = checkpoint_root(cfg)
     modules = {"policy": trainer.policy} | ({"critic": trainer.critic} if trainer.critic is not None else {})
     optims = {"policy": trainer.opt} | ({"critic": trainer.critic_opt} if trainer.critic_opt is not None else {})
-    start, pending, curve, history = 0, [], [], {"best_em": None, "steps_to_target": None}
-    state = ckpt.load_latest(root, modules, optims)
-    final_eval: dict[str, float] = {}
-    end = tc.steps
-    if state is not None:
-        start, curve, history = state["step"], state["curve"], state["history"]
-        _flush(tracker, curve)  # this run holds every step exactly once: the checkpoint's past, then its own
-        tracker.set_tags({"resumed_from_step": str(start), "resumed_from_run": str(state["run_id"])})
-        final_eval = last_eval(curve)  # the result when no step is left to run
-        if tc.stop_at_target and history["steps_to_target"] is not None:
-            end = start  # the run had stopped at its target: resuming adds no step
+    log = ckpt.TrainLog(checkpoint_root(cfg), modules, optims, tracker)
+    start = log.resume()
+    final_eval = log.last_eval()  # the result when no step is left to run
+    end = start if tc.stop_at_target and log.reached_target else tc.steps  # it had stopped at its target
     tracker.set_tags({"train.algorithm": tc.algorithm, "train.backend": "local"})
     target_key = f"dev/{tc.datasets[0]}/em"
     if start == 0 and tc.eval_every:
         final_eval = trainer.evaluate(0)
-        pending.append((0, final_eval))
+        log.record(0, final_eval)
     bar = tqdm(range(start, end), desc=f"train {tc.algorithm}", initial=start, total=tc.steps)
     for step in bar:
         t0 = time.perf_counter()
@@ -289,51 +293,27 @@ def run(cfg: Config, tracker) -> dict[str, float]:
             final_eval = trainer.evaluate(n)
             metrics.update(final_eval)
             log_train_traces(tracker, cfg, trajs, n)  # a few of this step's episodes as MLflow traces
-            em = final_eval.get(target_key)
-            if em is not None:
-                history["best_em"] = max(em, history["best_em"] or 0.0)
-                if tc.target_em is not None and em >= tc.target_em and history["steps_to_target"] is None:
-                    history["steps_to_target"] = n
+            log.dev_em(n, final_eval.get(target_key), tc.target_em)
         if n % tc.log_trajectories_every == 0 or n == 1:
             text = "\n\n".join(transcript(t, trainer.chat) for t in trajs[:: tc.group_size][:4])
             tracker.log_text(text, f"trajectories/step_{n:06d}.txt")
         metrics["step_s"] = time.perf_counter() - t0
-        pending.append((n, metrics))
+        log.record(n, metrics)
         bar.set_postfix(em=f"{metrics['em']:.2f}", dev=f"{final_eval.get(target_key, float('nan')):.2f}")
-        done = history["steps_to_target"] is not None and tc.stop_at_target
+        done = log.reached_target and tc.stop_at_target
         if n % tc.checkpoint_every == 0 or n == tc.steps or done:
-            curve += pending
-            ckpt.save(root, n, modules, optims, {"run_id": tracker.run_id, "history": history, "curve": curve})
-            _flush(tracker, pending)
-            pending = []
+            log.checkpoint(n)
         if done:
             break
-    _flush(tracker, pending)
+    log.close()
     out_dir = artifacts.trained_model(cfg)
     with atomic_path(out_dir) as tmp:
         trainer.policy.save_pretrained(tmp)
         trainer.tok.save_pretrained(tmp)
     tracker.log_model(out_dir, "agent")
     result = dict(final_eval)
-    result["steps"] = float(trainer_steps_done(root, start))
-    result["best_dev_em"] = float(history["best_em"] or 0.0)
-    if history["steps_to_target"] is not None:
-        result["steps_to_target"] = float(history["steps_to_target"])
+    result["steps"] = float(log.steps_done())
+    result["best_dev_em"] = float(log.history["best_em"] or 0.0)
+    if log.reached_target:
+        result["steps_to_target"] = float(log.history["steps_to_target"])
     return result
-
-
-def last_eval(curve: list) -> dict[str, float]:
-    """The dev metrics of the last evaluated step of a curve [(step, metrics)]."""
-    evals = [{k: v for k, v in m.items() if k.startswith("dev/")} for _, m in curve]
-    return next((e for e in reversed(evals) if e), {})
-
-
-def trainer_steps_done(root: Path, start: int) -> int:
-    last = ckpt.latest(root)
-    return int(last.name.split("-")[1]) if last is not None else start
-
-
-def _flush(tracker, pending) -> None:
-    for n, metrics in pending:
-        tracker.log_metrics({f"train/{k}" if "/" not in k else k: v for k, v in metrics.items()
-                             if isinstance(v, (int, float)) and math.isfinite(v)}, step=n)  # fmt: skip

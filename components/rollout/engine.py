@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from components.agent.env import ToolEnv
+from components.agent.env import StepResult, ToolEnv
 from components.config import AgentConfig
 from components.data.schema import Question
 from components.rollout.chat import ChatFormat
@@ -87,6 +87,20 @@ class _Batch:
         self.next_pos = self.next_pos + lengths
         return self.head(hidden).float()
 
+    def feed_masked(self, feed: list[list[int]], real: torch.Tensor, pad_id: int) -> torch.Tensor:
+        """One decode step: rows whose turn already ended feed a masked pad (a hole)."""
+        if bool(real.all()):
+            return self.feed(feed, pad_id)
+        ids = torch.tensor([f[0] for f in feed], dtype=torch.long, device=self.device)[:, None]
+        mask = real.to(self.device).long()[:, None]
+        positions = self.next_pos[:, None]
+        self.attn = torch.cat([self.attn, mask], dim=1)
+        out = self.model(input_ids=ids, attention_mask=self.attn, position_ids=positions,
+                         past_key_values=self.cache, use_cache=True)  # fmt: skip
+        self.calls += 1
+        self.next_pos = self.next_pos + mask[:, 0]
+        return out.logits[:, -1].float()
+
     def keep(self, rows: list[int]) -> None:
         idx = torch.tensor(rows, dtype=torch.long, device=self.device)
         self.cache.batch_select_indices(idx)
@@ -102,6 +116,17 @@ def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator
         tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
     entropy = -(logp.exp() * logp).sum(-1)
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1), entropy
+
+
+@dataclass
+class Turn:
+    """One decoded turn of each active row."""
+
+    tokens: list[list[int]]
+    logprobs: list[list[float]]
+    unfed: list[list[int]]  # the last sampled token, when it is still to be fed (with the next insertion)
+    started: int  # wall clock (ns) when the turn's decode began
+    ended: list[int]  # wall clock (ns) when each row stopped (for traces)
 
 
 @torch.no_grad()
@@ -128,11 +153,10 @@ def rollout(
     """
     t0 = time.perf_counter()
     stats = stats if stats is not None else RolloutStats()
-    device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    trajs = []
     prefill_ids = chat.encode(prefill) if prefill else []
+    trajs = []
     for n, q in enumerate(questions):
         ep = env.reset(q)
         prompt = list(prompts[n]) if prompts is not None else chat.prompt_ids(q.question)
@@ -141,99 +165,94 @@ def rollout(
         t.add(prefill_ids, is_action=False)
         trajs.append(t)
     active = list(range(len(trajs)))
-    batch = _Batch(model, device, prefill_chunk)
-    logits = batch.feed([trajs[i].input_ids for i in active], chat.pad_id)
-    unfed: dict[int, list[int]] = {}
-
+    batch = _Batch(model, next(model.parameters()).device, prefill_chunk)
+    logits = batch.feed([t.input_ids for t in trajs], chat.pad_id)
     while active:
-        # 1. decode one turn for every active row
-        gen: dict[int, list[int]] = {i: [] for i in active}
-        gen_lp: dict[int, list[float]] = {i: [] for i in active}
-        live = torch.ones(len(active), dtype=torch.bool)
-        budget = [cfg.max_total_tokens - len(trajs[i].input_ids) for i in active]
-        turn_start = time.time_ns()
-        turn_end = {i: turn_start for i in active}  # when each row's turn stopped (for traces)
-        for step in range(cfg.max_tokens_per_turn):
-            tok, lp, ent = _sample(logits, temperature, generator)
-            tok, lp = tok.cpu(), lp.cpu()
-            sampled = live.clone()
-            stats.entropy_sum += float(ent.cpu()[sampled].sum())
-            for r, i in enumerate(active):
-                if live[r]:
-                    gen[i].append(int(tok[r]))
-                    gen_lp[i].append(float(lp[r]))
-                    if int(tok[r]) in chat.stop_ids or len(gen[i]) >= budget[r]:
-                        live[r] = False
-                        turn_end[i] = time.time_ns()
-            stats.generated_tokens += int(sampled.sum())
-            if progress is not None:
-                progress(int(sampled.sum()), 0)
-            if not live.any() or step == cfg.max_tokens_per_turn - 1:
-                now = time.time_ns()
-                for r, i in enumerate(active):  # the last sampled token is fed with the next insertion
-                    if sampled[r]:
-                        unfed[i] = [gen[i][-1]]
-                    if live[r]:
-                        turn_end[i] = now
-                break
-            feed = [[int(tok[r])] if sampled[r] else [chat.pad_id] for r in range(len(active))]
-            logits = _feed_masked(batch, feed, sampled, chat.pad_id)
-
-        # 2. the environment answers every turn at once (tool calls batched per tool)
-        tt, tool_start = time.perf_counter(), time.time_ns()
-        results = env.step([trajs[i].episode for i in active], [prefill + chat.decode_turn(gen[i]) for i in active])
+        budgets = [cfg.max_total_tokens - len(trajs[i].input_ids) for i in active]
+        turn = decode_turn(batch, logits, chat, budgets, cfg.max_tokens_per_turn, temperature, generator, stats,
+                           progress)  # fmt: skip
+        tt, tool_start = time.perf_counter(), time.time_ns()  # the environment answers every turn at once
+        results = env.step([trajs[i].episode for i in active], [prefill + chat.decode_turn(g) for g in turn.tokens])
         stats.tool_seconds += time.perf_counter() - tt
-        tool_end = time.time_ns()
-
-        # 3. record the turn; build the insertion for episodes that go on
+        tool_time = (tool_start, time.time_ns())
         keep, chunks = [], []
         for r, (i, res) in enumerate(zip(active, results)):
-            t = trajs[i]
-            start = len(t.input_ids)
-            t.add(gen[i], is_action=True, logprobs=gen_lp[i])
-            t.turn_spans.append((start, len(t.input_ids)))
-            t.turn_times.append((turn_start, turn_end[i]))
-            t.tool_times.append((tool_start, tool_end))
-            if res.reward:
-                t.rewards[_closing_index(t, start, chat.tool_close_id)] += res.reward
-            ended_with_eos = chat.ended_with_eos(gen[i])
-            if not res.done:
-                insert = chat.insert_ids(res.observation, ended_with_eos) + tuple(prefill_ids)
-                if len(t.input_ids) + len(insert) + 1 > cfg.max_total_tokens:
-                    env.truncate(t.episode)
-                else:
-                    t.add(insert, is_action=False)
-                    keep.append(r)
-                    chunks.append(unfed.pop(i, []) + list(insert))
-                    continue
-            unfed.pop(i, None)
-            t.rewards[t.last_action_index()] += t.episode.outcome
+            times = (turn.started, turn.ended[r]), tool_time
+            insert = record_turn(trajs[i], turn.tokens[r], turn.logprobs[r], times, res, chat, env, cfg, prefill_ids)
+            if insert is not None:
+                keep.append(r)
+                chunks.append(turn.unfed[r] + list(insert))
         if progress is not None:
             progress(0, len(active) - len(keep))
         active = [active[r] for r in keep]
         if active:
             batch.keep(keep)
             logits = batch.feed(chunks, chat.pad_id)
-
     stats.forward_calls += batch.calls
     stats.seconds += time.perf_counter() - t0
     model.train(was_training)
     return trajs
 
 
-def _feed_masked(batch: _Batch, feed: list[list[int]], real: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """One decode step: rows whose turn already ended feed a masked pad (a hole)."""
-    if bool(real.all()):
-        return batch.feed(feed, pad_id)
-    ids = torch.tensor([f[0] for f in feed], dtype=torch.long, device=batch.device)[:, None]
-    mask = real.to(batch.device).long()[:, None]
-    positions = batch.next_pos[:, None]
-    batch.attn = torch.cat([batch.attn, mask], dim=1)
-    out = batch.model(input_ids=ids, attention_mask=batch.attn, position_ids=positions,
-                      past_key_values=batch.cache, use_cache=True)  # fmt: skip
-    batch.calls += 1
-    batch.next_pos = batch.next_pos + mask[:, 0]
-    return out.logits[:, -1].float()
+def decode_turn(batch: _Batch, logits: torch.Tensor, chat: ChatFormat, budgets: list[int], max_tokens: int,
+                temperature: float, generator: torch.Generator | None, stats: RolloutStats,
+                progress: Callable[[int, int], None] | None = None) -> Turn:  # fmt: skip
+    """Sample a turn for every row of `batch`, one token per step for all rows together. A row stops at a stop
+    id or at its token budget and feeds holes until every row has stopped (or `max_tokens`)."""
+    n = len(budgets)
+    tokens: list[list[int]] = [[] for _ in range(n)]
+    logprobs: list[list[float]] = [[] for _ in range(n)]
+    live = torch.ones(n, dtype=torch.bool)
+    sampled = live
+    started = time.time_ns()
+    ended = [started] * n
+    for step in range(max_tokens):
+        tok, lp, ent = _sample(logits, temperature, generator)
+        tok, lp = tok.cpu(), lp.cpu()
+        sampled = live.clone()
+        stats.entropy_sum += float(ent.cpu()[sampled].sum())
+        for r in range(n):
+            if live[r]:
+                tokens[r].append(int(tok[r]))
+                logprobs[r].append(float(lp[r]))
+                if int(tok[r]) in chat.stop_ids or len(tokens[r]) >= budgets[r]:
+                    live[r] = False
+                    ended[r] = time.time_ns()
+        stats.generated_tokens += int(sampled.sum())
+        if progress is not None:
+            progress(int(sampled.sum()), 0)
+        if not live.any() or step == max_tokens - 1:
+            break
+        feed = [[int(tok[r])] if sampled[r] else [chat.pad_id] for r in range(n)]
+        logits = batch.feed_masked(feed, sampled, chat.pad_id)
+    now = time.time_ns()
+    ended = [now if live[r] else ended[r] for r in range(n)]  # rows cut at max_tokens end now
+    return Turn(tokens, logprobs, [[g[-1]] if sampled[r] else [] for r, g in enumerate(tokens)], started, ended)
+
+
+Span = tuple[int, int]
+
+
+def record_turn(t: Trajectory, tokens: list[int], logprobs: list[float], times: tuple[Span, Span], res: StepResult,
+                chat: ChatFormat, env: ToolEnv, cfg: AgentConfig, prefill_ids: list[int]) -> tuple[int, ...] | None:
+    """Append a model turn (mask 1), its (decode, tool) wall-clock times and process reward; then the environment's
+    insertion (mask 0), returned to be fed, if the episode goes on and fits in `max_total_tokens`; else the
+    outcome on the last action token."""
+    start = len(t.input_ids)
+    t.add(tokens, is_action=True, logprobs=logprobs)
+    t.turn_spans.append((start, len(t.input_ids)))
+    t.turn_times.append(times[0])
+    t.tool_times.append(times[1])
+    if res.reward:
+        t.rewards[_closing_index(t, start, chat.tool_close_id)] += res.reward
+    if not res.done:
+        insert = chat.insert_ids(res.observation, chat.ended_with_eos(tokens)) + tuple(prefill_ids)
+        if len(t.input_ids) + len(insert) + 1 <= cfg.max_total_tokens:
+            t.add(insert, is_action=False)
+            return insert
+        env.truncate(t.episode)
+    t.rewards[t.last_action_index()] += t.episode.outcome
+    return None
 
 
 def _closing_index(t: Trajectory, start: int, tool_close_id: int | None) -> int:

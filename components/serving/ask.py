@@ -64,17 +64,65 @@ def resolve_version(cfg: Config, version: int | None = None, alias: str | None =
         raise AskError(f"registered model {name!r} has no {what}") from None
 
 
-def ask(cfg: Config, question: str, version: int | None = None, alias: str | None = None,
-        corpus: str | None = None) -> Answer:  # fmt: skip
+def open_index(cfg: Config, corpus: str):
+    """The search backend with a live index of `corpus`; AskError when there is none. The caller closes it."""
+    from components.retrieval.factory import make_backend
+
+    backend = make_backend(cfg)
+    try:
+        live = backend.live_version(corpus)
+    except SearchError as e:
+        backend.close()
+        raise AskError(f"search index for corpus {corpus!r}: {e}") from None
+    if live is None:
+        backend.close()
+        where = artifacts.index(cfg) / corpus if cfg.retrieval.backend == "embedded" else cfg.retrieval.elasticsearch.url
+        raise AskError(f"no live search index for corpus {corpus!r} at {where}; run `agentr1 index` (or `dvc repro index`)")
+    return backend
+
+
+def load_version(mv, cfg: Config):
+    """(model, tokenizer) of a registered version: the served agent (pyfunc) or a plain transformers model."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
-    from components.model.loading import autocast, pick_device
-    from components.retrieval.factory import make_backend
+    from components.model.loading import pick_device
+
+    uri = f"models:/{mv.name}/{mv.version}"
+    try:
+        if "transformers" in mlflow.models.get_model_info(uri).flavors:
+            loaded = mlflow.transformers.load_model(uri, return_type="components")
+            model, tok = loaded["model"], loaded["tokenizer"]
+        else:
+            from components.serving.pyfunc import load_weights
+
+            model, tok = load_weights(uri, cfg)
+    except (MlflowException, OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise AskError(f"{mv.name} v{mv.version} ({mv.source}): cannot load the model: {first}") from None
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return model.to(pick_device(cfg)), tok
+
+
+def run_agent(model, tok, backend, cfg: Config, question: str, corpus: str):
+    """One greedy episode of the agent on `question` over `backend`: (episode, rollout stats)."""
+    from components.model.loading import autocast
     from components.rollout.chat import ChatFormat
     from components.rollout.engine import RolloutStats, rollout
     from components.rollout.evaluate import make_env
 
+    q = Question(id="ask", question=question, answers=[], dataset="ask", split="ask", corpus=corpus)
+    chat = ChatFormat.for_agent(tok, cfg.agent, getattr(model, "generation_config", None))
+    env = make_env(backend, [q], cfg.agent, cfg.retrieval.top_k, chat)
+    stats = RolloutStats()
+    with autocast(cfg, model.device):
+        (traj,) = rollout(model, chat, env, [q], cfg.agent, temperature=0.0, stats=stats)
+    return traj.episode, stats
+
+
+def ask(cfg: Config, question: str, version: int | None = None, alias: str | None = None,
+        corpus: str | None = None) -> Answer:  # fmt: skip
     question = question.strip()
     if not question:
         raise AskError("the question is empty")
@@ -82,43 +130,22 @@ def ask(cfg: Config, question: str, version: int | None = None, alias: str | Non
     t0 = time.perf_counter()
     mv = resolve_version(cfg, version, alias)
     t_registry = time.perf_counter()
-    backend = make_backend(cfg)
+    backend = open_index(cfg, corpus)
     try:
-        try:
-            live = backend.live_version(corpus)
-        except SearchError as e:
-            raise AskError(f"search index for corpus {corpus!r}: {e}") from None
-        if live is None:
-            where = artifacts.index(cfg) / corpus if cfg.retrieval.backend == "embedded" else cfg.retrieval.elasticsearch.url
-            raise AskError(f"no live search index for corpus {corpus!r} at {where}; run `agentr1 index` (or `dvc repro index`)")
         t_index = time.perf_counter()
-        try:
-            loaded = mlflow.transformers.load_model(f"models:/{mv.name}/{mv.version}", return_type="components")
-        except (MlflowException, OSError, ValueError) as e:
-            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-            raise AskError(f"{mv.name} v{mv.version} ({mv.source}): cannot load the model: {first}") from None
-        model, tok = loaded["model"], loaded["tokenizer"]
-        if tok.pad_token_id is None:
-            tok.pad_token = tok.eos_token
-        model = model.to(pick_device(cfg))
+        model, tok = load_version(mv, cfg)
         t_model = time.perf_counter()
-        q = Question(id="ask", question=question, answers=[], dataset="ask", split="ask", corpus=corpus)
-        chat = ChatFormat.for_agent(tok, cfg.agent, getattr(model, "generation_config", None))
-        env = make_env(backend, [q], cfg.agent, cfg.retrieval.top_k, chat)
-        stats = RolloutStats()
-        with autocast(cfg, model.device):
-            (traj,) = rollout(model, chat, env, [q], cfg.agent, temperature=0.0, stats=stats)
+        ep, stats = run_agent(model, tok, backend, cfg, question, corpus)
         t_agent = time.perf_counter()
     finally:
         backend.close()
-    ep = traj.episode
     timings = {"registry_s": t_registry - t0, "index_s": t_index - t_registry, "load_model_s": t_model - t_index, "agent_s": t_agent - t_model,
                "tool_s": stats.tool_seconds, "tokens": float(stats.generated_tokens),
                "tokens_per_s": stats.tokens_per_s, "total_s": t_agent - t0}  # fmt: skip
-    return Answer(question, ep.answer, mv.name, str(mv.version), corpus, _turns(ep.log), timings)
+    return Answer(question, ep.answer, mv.name, str(mv.version), corpus, turns(ep.log), timings)
 
 
-def _turns(log: list[tuple[str, str]]) -> list[Turn]:
+def turns(log: list[tuple[str, str]]) -> list[Turn]:
     turns: list[Turn] = []
     for role, text in log[1:]:
         if role == "assistant":

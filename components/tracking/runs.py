@@ -1,8 +1,9 @@
-"""MLflow runs: one per stage, nested under a pipeline run when a flow drives the stages."""
+"""MLflow runs: one per stage, nested under one parent run per pipeline run (Prefect flow, `dvc repro`, `dvc exp run`)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,6 +13,13 @@ from components.secrets import redact_params
 from components.tracking.tracker import MlflowTracker
 
 STAGE_TAG = "agentr1.stage"
+PARENT_ENV = "AGENTR1_PARENT_RUN_ID"  # set by whoever drives the CLI as one pipeline run (e.g. the Prefect flow)
+PIPELINE_KEY_TAG = "agentr1.pipeline_key"  # the one `dvc repro` / `dvc exp run` process a parent run stands for
+SHELLS = {"sh", "bash", "dash", "zsh", "fish"}
+
+
+class TrackingError(Exception):
+    """The tracking setup cannot be used (e.g. AGENTR1_PARENT_RUN_ID names no run)."""
 
 
 def tracking_uri(cfg: Config) -> str:
@@ -39,13 +47,32 @@ def setup(cfg: Config) -> str:
     return exp_id
 
 
+def commit(root: str | Path = ".") -> str:
+    """Short git commit of `root`, '+dirty' when tracked files changed; 'nogit' outside a repository."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        sha = git("rev-parse", "--short", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.CalledProcessError):
+        return "nogit"
+    return sha + ("+dirty" if dirty else "")
+
+
+def _pipeline_tags(name: str) -> dict[str, str]:
+    return {STAGE_TAG: "pipeline", "agentr1.commit": commit(os.environ.get("DVC_ROOT", "."))} | (
+        {"agentr1.dvc_exp": os.environ["DVC_EXP_NAME"]} if os.environ.get("DVC_EXP_NAME") else {})
+
+
 @contextmanager
-def pipeline_run(cfg: Config, name: str = "pipeline") -> Iterator[str]:
-    """The parent run of one flow run; yields its id."""
+def pipeline_run(cfg: Config, name: str | None = None) -> Iterator[str]:
+    """The parent run of one flow run, named after the commit unless `name` is given; yields its id."""
     import mlflow
 
     exp_id = setup(cfg)
-    with mlflow.start_run(experiment_id=exp_id, run_name=name, tags={STAGE_TAG: "pipeline"}) as run:
+    name = name or f"flow @ {commit()}"
+    with mlflow.start_run(experiment_id=exp_id, run_name=name, tags=_pipeline_tags(name)) as run:
         mlflow.log_params(redact_params(flatten(cfg)))  # no secret is ever tracked
         yield run.info.run_id
 
@@ -65,3 +92,75 @@ def stage_run(cfg: Config, stage: str, parent_run_id: str | None = None) -> Iter
     ) as run:
         mlflow.log_params(redact_params(flatten(cfg)))  # no secret is ever tracked
         yield MlflowTracker(run.info.run_id)
+
+
+def _dvc_process() -> tuple[str, str] | None:
+    """(key, name) of the `dvc repro` / `dvc exp run` process running this stage, None outside DVC.
+
+    DVC sets DVC_STAGE (and DVC_ROOT) in every stage command's environment, and DVC_EXP_NAME under
+    `dvc exp run`, but no id of one repro: its process is. DVC runs each command through a shell, so
+    the first ancestor that is not a shell is the dvc process; its pid and start time name it.
+    """
+    if not os.environ.get("DVC_STAGE"):
+        return None
+    import psutil  # a dependency of dvc
+
+    proc = psutil.Process().parent()
+    while proc is not None and proc.name() in SHELLS:
+        proc = proc.parent()
+    if proc is None:
+        return None
+    exp = os.environ.get("DVC_EXP_NAME")
+    key = f"{os.environ.get('DVC_ROOT', '')}:{proc.pid}:{proc.create_time():.3f}:{exp or ''}"
+    rev = commit(os.environ.get("DVC_ROOT", "."))
+    return key, (f"dvc exp {exp} @ {rev}" if exp else f"dvc repro @ {rev}")
+
+
+def _dvc_parent(cfg: Config, key: str, name: str) -> str:
+    """The parent run of one dvc process: found by its key tag, created by the first stage."""
+    import mlflow
+    from mlflow.entities import Param
+
+    client = mlflow.MlflowClient()
+    exp_id = setup(cfg)
+    found = client.search_runs([exp_id], filter_string=f"tags.`{PIPELINE_KEY_TAG}` = '{key}'", max_results=1)
+    if found:
+        return found[0].info.run_id
+    run = client.create_run(exp_id, run_name=name, tags=_pipeline_tags(name) | {PIPELINE_KEY_TAG: key})
+    params = [Param(k, v) for k, v in redact_params(flatten(cfg)).items()]
+    for i in range(0, len(params), 100):
+        client.log_batch(run.info.run_id, params=params[i : i + 100])
+    return run.info.run_id
+
+
+@contextmanager
+def cli_parent(cfg: Config) -> Iterator[str | None]:
+    """The run a CLI stage nests under: AGENTR1_PARENT_RUN_ID, else the parent of the DVC process, else none.
+
+    A DVC parent is RUNNING while one of its stages runs and ends FINISHED or FAILED with the last one.
+    """
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    given = os.environ.get(PARENT_ENV, "").strip()
+    if given:
+        setup(cfg)
+        try:
+            mlflow.MlflowClient().get_run(given)
+        except MlflowException:
+            raise TrackingError(f"{PARENT_ENV}={given}: no such MLflow run in {tracking_uri(cfg)}") from None
+        yield given
+        return
+    dvc = _dvc_process()
+    if dvc is None:
+        yield None
+        return
+    parent = _dvc_parent(cfg, *dvc)
+    client = mlflow.MlflowClient()
+    client.update_run(parent, status="RUNNING")
+    status = "FAILED"
+    try:
+        yield parent
+        status = "FINISHED"
+    finally:
+        client.set_terminated(parent, status)

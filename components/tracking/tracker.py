@@ -54,7 +54,7 @@ class MlflowTracker(NullTracker):
         self.run_id = run_id
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        clean = {_metric_key(k): float(v) for k, v in metrics.items() if v is not None}
+        clean = {metric_key(k): float(v) for k, v in metrics.items() if v is not None}
         if clean:
             self._mlflow.log_metrics(clean, step=step, run_id=self.run_id)
 
@@ -106,6 +106,6 @@ class MlflowTracker(NullTracker):
             write_traces(episodes, run.info.experiment_id, session, run.data.tags.get("agentr1.stage", ""))
 
 
-def _metric_key(key: str) -> str:
+def metric_key(key: str) -> str:
     # MLflow keys allow alphanumerics, _ - . / and spaces; map the rest (e.g. '@' in recall@5).
     return "".join(c if c.isalnum() or c in "_-./ " else "_" for c in key)

@@ -1,16 +1,24 @@
-"""The `register` stage: a new model version in the MLflow Model Registry; the champion alias moves only on a win."""
+"""The `register` stage: the agent as a pyfunc model version in the MLflow Model Registry, with compact evidence;
+the champion alias moves only on a win. Full evaluation metrics stay on the evaluate run and the logged model."""
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from components import artifacts
 from components.config import Config
 from components.evaluation.report import flatten
 from components.io import write_json
+from components.serving.ask import model_corpus
+from components.serving.pyfunc import log_agent_model
 from components.tracking.promote import move_champion
-from components.tracking.tracker import NullTracker, file_digest
+from components.tracking.runs import STAGE_TAG, tracking_uri
+from components.tracking.tracker import NullTracker, file_digest, metric_key
+
+EVIDENCE = "evidence"  # tag prefix on the model version: compared_to, decision, eval_run
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,28 @@ def _lineage(cfg: Config) -> dict[str, str]:
     return tags
 
 
+def _eval_run(client, cfg: Config, metric: str, value: float, train_run_id: str | None):
+    """The finished evaluate run that produced `value` for the model of `train_run_id` (the latest such run)."""
+    exp = client.get_experiment_by_name(cfg.tracking.experiment)
+    if exp is None:
+        return None
+    after = client.get_run(train_run_id).info.start_time if train_run_id else 0
+    runs = client.search_runs([exp.experiment_id], f"tags.`{STAGE_TAG}` = 'evaluate' and attributes.status = 'FINISHED'",
+                              order_by=["attributes.start_time DESC"], max_results=100)  # fmt: skip
+    for r in runs:
+        got = r.data.metrics.get(metric_key(metric))
+        if r.info.start_time >= after and got is not None and math.isclose(got, value, abs_tol=1e-9):
+            return r
+    return None
+
+
+def run_link(cfg: Config, run) -> str:
+    """The run's page in the MLflow UI: absolute on a tracking server, else the UI route."""
+    route = f"#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+    uri = tracking_uri(cfg)
+    return f"{uri.rstrip('/')}/{route}" if uri.startswith(("http://", "https://")) else route
+
+
 def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     import mlflow
     from mlflow.exceptions import MlflowException
@@ -56,8 +86,11 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     eval_metrics = flatten(json.loads(metrics_path.read_text()))
     if reg.metric not in eval_metrics:
         raise KeyError(f"registry.metric {reg.metric!r} not in {metrics_path} (have: {sorted(eval_metrics)[:20]})")
-    model_uri = json.loads(model_path.read_text())["model_uri"]
+    trained = json.loads(model_path.read_text())
     value = eval_metrics[reg.metric]
+    info = log_agent_model(cfg, Path(trained.get("path") or artifacts.trained_model(cfg)), model_corpus(cfg))
+    if tracker.run_id is not None:  # every metric on the register run and the logged model, none on the version
+        mlflow.log_metrics({metric_key(k): v for k, v in eval_metrics.items()}, run_id=tracker.run_id, model_id=info.model_id)
 
     client = mlflow.MlflowClient()
     try:
@@ -71,14 +104,18 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     except MlflowException:
         champion, champion_value, champion_version = None, None, None
 
-    tags = {k: f"{v:.6g}" for k, v in eval_metrics.items()} | _lineage(cfg)
-    mv = mlflow.register_model(model_uri, reg.model_name, tags=tags)
     promoted, reason = decide(reg.metric, value, champion_value, reg.min_improvement)
     if champion is not None and champion_value is None:
         promoted, reason = True, f"champion v{champion_version} has no {reg.metric} tag; {reason}"
+    eval_run = _eval_run(client, cfg, reg.metric, value, trained.get("run_id"))
+    compared = f"v{champion_version} {reg.metric}={champion_value:.6g}" if champion_value is not None else "no champion"
+    evidence = {reg.metric: f"{value:.6g}", f"{EVIDENCE}.compared_to": compared, f"{EVIDENCE}.decision": reason,
+                f"{EVIDENCE}.eval_run": run_link(cfg, eval_run) if eval_run else "not found"}  # fmt: skip
+    mv = mlflow.register_model(info.model_uri, reg.model_name, tags=evidence | _lineage(cfg))
+    link = f"[evaluation run]({evidence[f'{EVIDENCE}.eval_run']})" if eval_run else "evaluation run not found"
+    client.update_model_version(reg.model_name, mv.version, f"{reason}. {link}; all metrics on that run and on this logged model.")
     if promoted:  # recorded like a manual promotion, so `agentr1 rollback` can undo it
         move_champion(client, cfg, str(mv.version), "register", reason)
-    client.set_model_version_tag(reg.model_name, mv.version, "champion_decision", reason)
 
     decision = Decision(reg.model_name, str(mv.version), reg.metric, value, champion_version, champion_value, promoted, reason)
     write_json(artifacts.decision(cfg), asdict(decision))
