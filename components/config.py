@@ -15,13 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from components.secrets import has_url_credentials, redact_text
-
-CREDENTIALS_HINT = (
-    "credentials must not be in params (they would be tracked): remove user:password@ from the URL and set "
-    "ES_USERNAME/ES_PASSWORD or ES_API_KEY (Elasticsearch), or MLFLOW_TRACKING_USERNAME/PASSWORD (MLflow), "
-    "in the environment"
-)
+from components.secrets import no_credentials, redact_text
 
 
 class Section(BaseModel):
@@ -30,9 +24,7 @@ class Section(BaseModel):
     @field_validator("*", mode="after")
     @classmethod
     def _no_credentials(cls, value: Any) -> Any:
-        if isinstance(value, str) and has_url_credentials(value):
-            raise ValueError(CREDENTIALS_HINT)
-        return value
+        return no_credentials(value)
 
 
 def _regex(pattern: str) -> str:
@@ -59,6 +51,12 @@ def _timezone(name: str) -> str:
     except (ZoneInfoNotFoundError, ValueError):
         raise ValueError("unknown IANA time zone (e.g. UTC, Europe/Berlin)") from None
     return name
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    """repr of a value for a message, credentials masked, cut to `limit` characters with its full length stated."""
+    shown = redact_text(repr(value))
+    return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(shown)} chars)"
 
 
 Name = Annotated[str, Field(min_length=1, pattern=r"\S")]  # not empty, not only blanks
@@ -152,6 +150,14 @@ class ValidationConfig(Section):
     allowed_splits: list[str] = Field(default_factory=lambda: ["train", "dev", "test"])
     eval_splits: list[str] = Field(default_factory=lambda: ["dev", "test"])
     n_examples: int = Field(default=5, ge=1, description="example rows shown per failing expectation")
+
+    @model_validator(mode="after")
+    def _ranges(self) -> ValidationConfig:
+        for what in ("question", "passage"):
+            lo, hi = getattr(self, f"{what}_min_chars"), getattr(self, f"{what}_max_chars")
+            if lo > hi:
+                raise ValueError(f"validation.{what}_min_chars ({lo}) is above validation.{what}_max_chars ({hi})")
+        return self
 
 
 # --- retrieval -----------------------------------------------------------------------------------
@@ -265,6 +271,16 @@ class TinyModelConfig(Section):
     prime_corpus_weight: float = Field(default=0.0, ge=0, le=1, description="weight of the corpus LM loss term")
     num_threads: int | None = Field(default=1, ge=1, description="torch CPU threads while priming")
 
+    @model_validator(mode="after")
+    def _heads(self) -> TinyModelConfig:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(f"model.tiny.num_attention_heads ({self.num_attention_heads}) must divide "
+                             f"model.tiny.hidden_size ({self.hidden_size})")  # fmt: skip
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"model.tiny.num_key_value_heads ({self.num_key_value_heads}) must divide "
+                             f"model.tiny.num_attention_heads ({self.num_attention_heads})")  # fmt: skip
+        return self
+
 
 class ModelConfig(Section):
     name_or_path: str = Field(
@@ -299,9 +315,7 @@ class MaskConfig(Section):
 
 
 # train.verl: the knobs only the verl backend has; everything shared comes from train, agent and model.
-class VerlConfig(BaseModel):
-    # extra keys forbidden and frozen like Section, but not strict (kept as it was when it lived in verl_backend)
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class VerlConfig(Section):
 
     model_path: str | None = Field(
         default=None, description="HF model dir or id for the actor; null = the base_model stage's output"
@@ -340,6 +354,7 @@ class VerlConfig(BaseModel):
 # train.algorithm -> verl's advantage estimator (verl core_algos); both backends read this one table.
 VERL_ESTIMATOR = {"ppo": "gae", "grpo": "grpo", "reinforce_plus_plus": "reinforce_plus_plus",
                   "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline", "rloo": "rloo"}  # fmt: skip
+GROUPED = ("grpo", "rloo", "reinforce_plus_plus_baseline")  # advantages relative to the question's group
 Algorithm = Literal["grpo", "ppo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"]
 
 
@@ -378,12 +393,19 @@ class TrainConfig(Section):
     log_trajectories_every: int = Field(default=50, ge=1)
     verl: VerlConfig = VerlConfig()  # knobs only the verl backend has
 
+    @model_validator(mode="after")
+    def _groups(self) -> TrainConfig:
+        if self.algorithm in GROUPED and self.group_size < 2:
+            raise ValueError(f"train.group_size must be at least 2 for train.algorithm={self.algorithm} (its baseline "
+                             f"is the other episodes of a question's group; with 1 every advantage is 0)")  # fmt: skip
+        return self
+
 
 # --- evaluate and register -----------------------------------------------------------------------
 
 
 class EvalSetSpec(Section):
-    dataset: str
+    dataset: Name
     split: Literal["train", "dev", "test"] = "dev"
     limit: int | None = Field(default=200, ge=1)
 
@@ -437,7 +459,7 @@ class Config(Section):
         known = {d.name for d in self.data.datasets} | {"synthetic", "synthetic_cf"}
         unknown = [d for d in self.train.datasets if d not in known]
         if unknown:
-            raise ValueError(f"train.datasets: {', '.join(map(repr, unknown))} is not a data.datasets name "
+            raise ValueError(f"train.datasets: {', '.join(map(_short, unknown))} is not a data.datasets name "
                              f"nor synthetic/synthetic_cf (known: {', '.join(sorted(known))})")  # fmt: skip
         return self
 
@@ -456,12 +478,11 @@ def _describe(err: ValidationError, source: str) -> str:
         key = ".".join(str(p) for p in e["loc"])
         if e["type"] == "extra_forbidden":
             lines.append(f"  {key}: unknown key")
-        elif not key:  # a check across sections: the message names its keys
-            lines.append(f"  {e['msg'].removeprefix('Value error, ')}")
+        elif not key or isinstance(e.get("input"), dict):  # a check across keys: the message names them
+            lines.append(f"  {redact_text(e['msg'].removeprefix('Value error, '))}")
         else:
-            shown = redact_text(repr(e.get("input")))
-            shown = shown if len(shown) <= 200 else f"{shown[:200]}... ({len(shown)} chars)"
-            lines.append(f"  {key}: {e['msg'].removeprefix('Value error, ')} (got {shown})")
+            shown = _short(e.get("input"))
+            lines.append(f"  {key}: {redact_text(e['msg'].removeprefix('Value error, '))} (got {shown})")
     return "\n".join(lines)
 
 

@@ -93,4 +93,7 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
         artifacts.train_model_json(cfg),
         {"model_uri": recorder.model_uri, "run_id": tracker.run_id, "path": str(trained), "backend": cfg.train.backend},
     )
-    return metrics
+    # The stage's summary is logged without a step (MLflow files it under step 0): leave out what the curve
+    # already holds per step (dev/* of the final evaluation), so no step of a per-step metric appears twice.
+    per_step = {k for row in recorder.rows.values() for k in row}
+    return {k: v for k, v in metrics.items() if k not in per_step}

@@ -89,6 +89,11 @@ BAD_VALUES = [
     ("train.weight_decay", "-0.1"), ("model.tiny.hidden_size", "0"), ("registry.alias", "''"),
     ("retrieval.elasticsearch.url", "'http://elastic:hunter2@127.0.0.1:9200'"),
     ("tracking.tracking_uri", "'postgresql://me:hunter2@db/mlflow'"),
+    ("train.group_size", "1"), ("model.tiny.num_attention_heads", "3"), ("model.tiny.num_key_value_heads", "3"),
+    ("validation.question_min_chars", "5000"), ("validation.passage_min_chars", "30000"),
+    ("evaluate.sets", "[{dataset: ''}]"), ("train.verl.n_gpus_per_node", "true"),
+    ("train.verl.gpu_memory_utilization", ".nan"), ("train.verl.ray_address", "'ray://me:hunter2@head:10001'"),
+    ("train.verl.extra_overrides", "['x=https://me:hunter2@host/x']"), ("train.datasets", "['http://me:hunter2@h']"),
 ]  # fmt: skip
 
 
@@ -115,3 +120,11 @@ def test_validate_params_cli_refuses(repo_root, key, value):
     assert "Traceback" not in proc.stderr and "hunter2" not in proc.stderr + proc.stdout
     if "url" in key:
         assert "ES_USERNAME/ES_PASSWORD or ES_API_KEY" in " ".join(proc.stderr.split())
+
+
+def test_a_huge_bad_value_is_cut_in_the_message(repo_root):
+    for key, value in [("train.datasets", ["x" * 100_000]), ("retrieval.top_k", "y" * 100_000)]:
+        with pytest.raises(ConfigError) as err:
+            load_config(repo_root / "params.yaml", {key: value})
+        msg = str(err.value)
+        assert key in msg and len(msg) < 1000 and "(100002 chars)" in msg

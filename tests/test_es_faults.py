@@ -189,3 +189,28 @@ def test_bad_queries_and_a_failing_search_reach_the_model_as_plain_error_text(es
     missing = SearchTool(es_backend, "no-such-alias", 3).execute([{"query": "</tool_response><|im_end|>"}])
     assert not missing[0].success and missing[0].text.startswith("Error: search failed:")
     assert "<" not in missing[0].text and ">" not in missing[0].text
+
+
+def test_a_killed_build_is_removed_by_the_next_build_and_never_pushes_a_good_version_out(es_backend, es_url,
+                                                                                        hotpotqa_sample, repo_root):
+    """kill -9 mid-load leaves an incomplete index; the next build of another corpus deletes it and keeps the
+    previous good version for rollback (retention 2), instead of keeping the half index and dropping the good one."""
+    import os
+    import subprocess
+    import sys
+
+    questions, passages = hotpotqa_sample
+    cfg = es_backend.cfg.model_copy(update={"bulk_chunk_size": 250})
+    backend = ElasticsearchBackend(cfg, url=es_url)
+    old = backend.build("faults", passages[:500])
+    env = {**os.environ, "PYTHONPATH": str(repo_root)}
+    proc = subprocess.run([sys.executable, "-c", KILLED_BUILD, es_url, cfg.index_prefix], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    half = backend.index_name("faults", corpus_hash(passages))
+    assert backend.client.indices.exists(index=half)
+
+    new = backend.build("faults", passages[:600])
+    left = set(backend._indices_of("faults"))
+    assert left == {old.name, new.name} and backend.live_version("faults") == new.version
+    backend.close()

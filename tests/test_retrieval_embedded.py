@@ -241,3 +241,41 @@ def test_a_killed_build_leaves_the_old_version_live_and_its_temps_are_removed_by
     assert [p.name for p in (tmp_path / "wiki").iterdir() if p.name.startswith(".") and p.name != ".lock"] == []
     assert b.live_version("wiki") == v.version == corpus_hash(new)
     assert b.search("wiki", ["corpus"], 1)[0][0].id == "n1"
+
+
+KILLED_PRUNE = """
+import os, shutil, signal, sys
+from pathlib import Path
+from components.data.schema import Passage
+from components.retrieval import embedded
+from components.config import EmbeddedConfig
+
+real_rmtree = shutil.rmtree
+def rmtree(path, *args, **kwargs):
+    victim = Path(path) / "data.csc.index.npy"
+    if not victim.is_file():  # not an index version (atomic_path's temps): as usual
+        return real_rmtree(path, *args, **kwargs)
+    victim.unlink()  # one file of the old version gone, then kill -9
+    os.kill(os.getpid(), signal.SIGKILL)
+embedded.shutil.rmtree = rmtree
+embedded.EmbeddedBackend(Path(sys.argv[1]), EmbeddedConfig(retention=1)).build("wiki", [Passage("n1", "New", "a new corpus")])
+"""
+
+
+def test_a_build_killed_while_pruning_never_leaves_a_half_version_to_reuse(tmp_path, repo_root):
+    """kill -9 in the middle of deleting an old version; rebuilding that old corpus later (a rollback) must give a
+    whole, searchable index, not reuse the half-deleted one."""
+    import os
+    import subprocess
+    import sys
+
+    b = EmbeddedBackend(tmp_path, EmbeddedConfig(retention=1))
+    old = b.build("wiki", CAPITALS).version
+    assert (tmp_path / "wiki" / old / "data.csc.index.npy").is_file()
+    proc = subprocess.run([sys.executable, "-c", KILLED_PRUNE, str(tmp_path)], timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(repo_root)})  # fmt: skip
+    assert proc.returncode == -9
+    fresh = EmbeddedBackend(tmp_path, EmbeddedConfig(retention=1))
+    assert fresh.build("wiki", CAPITALS).version == old and fresh.live_version("wiki") == old
+    assert fresh.search("wiki", ["Paris"], 1)[0][0].id == "fr"
+    assert [p.name for p in (tmp_path / "wiki").iterdir() if p.name.startswith(".") and p.name != ".lock"] == []

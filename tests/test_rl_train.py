@@ -247,7 +247,8 @@ def primed(tmp_path_factory):
     return art
 
 RUNNER = """
-import os, signal, sys
+import json, os, signal, sys
+from contextlib import contextmanager
 from pathlib import Path
 from components.config import parse_config
 from components.rl import checkpoint as ckpt, train
@@ -255,6 +256,8 @@ from components.stages import run_stage
 from tests.test_rl_train import resume_raw
 
 where, _, at = (sys.argv[2] if len(sys.argv) > 2 else "").partition(":")
+raw = resume_raw(Path(sys.argv[1]))
+raw["train"].update(json.loads(sys.argv[3]) if len(sys.argv) > 3 else {})
 def die(point, n):
     if point == where and n == int(at):
         print("KILLED", point, n, flush=True)
@@ -268,21 +271,29 @@ def evaluate_(self, n):
     out = evaluate(self, n)
     die("eval", n)  # evaluated, not yet checkpointed
     return out
+atomic = ckpt.atomic_path
 def save_(root, n, *args, **kwargs):
+    @contextmanager
+    def atomic_(target):
+        with atomic(target) as tmp:
+            yield tmp
+            die("writing", n)  # checkpoint written in its temp dir, not yet moved in place
+    ckpt.atomic_path = atomic_
     out = save(root, n, *args, **kwargs)
+    ckpt.atomic_path = atomic
     die("saved", n)  # checkpoint written, its metrics not yet flushed to MLflow
     return out
 train.Trainer.step, train.Trainer.evaluate, ckpt.save = step_, evaluate_, save_
-run_stage("train", parse_config(resume_raw(Path(sys.argv[1]))))
+run_stage("train", parse_config(raw))
 """
 
 
-def _train(art: Path, kill: str = "") -> subprocess.CompletedProcess:
+def _train(art: Path, kill: str = "", **train_over) -> subprocess.CompletedProcess:
     """The train stage in a fresh process, MLflow store and artifacts under art's parent; SIGKILLed at `kill`."""
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(root), "MLFLOW_TRACKING_URI": f"sqlite:///{art.parent / 'mlflow.db'}"}
-    return subprocess.run([sys.executable, "-c", RUNNER, str(art), kill], capture_output=True, text=True,
-                          env=env, cwd=art.parent, timeout=300)  # fmt: skip
+    return subprocess.run([sys.executable, "-c", RUNNER, str(art), kill, json.dumps(train_over)], capture_output=True,
+                          text=True, env=env, cwd=art.parent, timeout=300)  # fmt: skip
 
 
 def _curve(art: Path) -> list[dict[str, str]]:
@@ -293,16 +304,19 @@ def _curve(art: Path) -> list[dict[str, str]]:
 
 
 def _mlflow_history(art: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every train/ metric of the last finished train run: key -> [(step, value)] as logged. (dev/ keys also
-    carry the stage's closing summary, which MLflow files under step 0.)"""
+    """Every per-step metric (train/, dev/) of the last finished train run: key -> [(step, value)] as logged,
+    each step once (checked here: the stage's summary must not repeat a step-0 value)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{art.parent / 'mlflow.db'}")
     exp = client.get_experiment_by_name("agentr1")
     [run] = client.search_runs([exp.experiment_id], "attributes.status = 'FINISHED'", max_results=1,
                                order_by=["attributes.start_time DESC"])  # fmt: skip
-    keys = [k for k in run.data.metrics if k.startswith("train/") and not re.search(r"_s$", k)]
-    return {k: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)) for k in keys}
+    keys = [k for k in run.data.metrics if k.startswith(("train/", "dev/")) and not re.search(r"_s$", k)]
+    history = {k: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)) for k in keys}
+    twice = {k: [s for s, _ in h] for k, h in history.items() if len({s for s, _ in h}) != len(h)}
+    assert not twice, f"steps logged twice: {twice}"
+    return history
 
 
 def _weights(art: Path) -> dict[str, torch.Tensor]:
@@ -336,8 +350,29 @@ def test_resume_after_kill_9_at_any_point_is_bit_identical(primed, tmp_path):
     assert [int(r["step"]) for r in curve] == list(range(11))  # every step exactly once, step 0 the first eval
     assert curve == _curve(ref_art)
     history = _mlflow_history(art)
-    assert len(history) > 10 and all([s for s, _ in h] == list(range(1, 11)) for h in history.values())
+    assert len(history) > 10 and all([s for s, _ in h] == list(range(1, 11)) for k, h in history.items()
+                                     if k.startswith("train/"))  # fmt: skip
+    assert [s for s, _ in history["dev/synthetic/em"]] == [0, 2, 4, 6, 8, 10]
     assert history == _mlflow_history(ref_art)
+
+
+def test_a_run_that_stopped_at_its_target_resumes_to_the_same_end(primed, tmp_path):
+    """stop_at_target: killed right after writing the target step's checkpoint. The resumed run adds no step past
+    the target (it went on to train.steps) and equals the uninterrupted one."""
+    over = {"target_em": 0.0, "stop_at_target": True}  # the first evaluation (step 2) reaches it
+    ref_art = fresh(primed, tmp_path / "ref")
+    done = _train(ref_art, **over)
+    assert done.returncode == 0, done.stderr[-3000:]
+    art = fresh(primed, tmp_path / "killed")
+    root = train.checkpoint_root(parse_config({**resume_raw(art), "train": {**resume_raw(art)["train"], **over}}))
+    proc = _train(art, "saved:2", **over)
+    assert proc.returncode == -signal.SIGKILL and ckpt.latest(root).name == "step-00000002"
+    resumed = _train(art, **over)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [int(r["step"]) for r in _curve(art)] == [0, 1, 2] and _curve(art) == _curve(ref_art)
+    ref_w, w = _weights(ref_art), _weights(art)
+    assert all(torch.equal(ref_w[k], w[k]) for k in ref_w)
+    assert _mlflow_history(art) == _mlflow_history(ref_art)
 
 
 def test_a_damaged_checkpoint_falls_back_to_the_previous_one_then_stops_with_a_message(prepared, tmp_path, monkeypatch):
@@ -356,7 +391,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one_then_stops_with_a_m
     with pytest.raises(KeyboardInterrupt):
         train.run(cfg, NullTracker())
     monkeypatch.setattr(train.Trainer, "step", step)
-    assert sorted(p.name for p in root.iterdir()) == ["step-00000002", "step-00000004"]  # two kept
+    assert sorted(p.name for p in root.iterdir() if p.name != ".lock") == ["step-00000002", "step-00000004"]  # two kept
     weights = root / "step-00000004" / "weights.pt"
     with open(weights, "r+b") as f:
         f.truncate(weights.stat().st_size // 2)
@@ -367,7 +402,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one_then_stops_with_a_m
     assert rec.tags["resumed_from_step"] == "2" and sorted(rec.metrics) == [1, 2, 3, 4, 5, 6]
 
     # every checkpoint damaged: the CLI stops with a message naming them and what to do, no traceback
-    damaged = sorted(root.iterdir())
+    damaged = sorted(p for p in root.iterdir() if p.name != ".lock")  # .lock: the writer lock
     for d in damaged:
         (d / "weights.pt").write_bytes(b"\0" * 100)
     params = tmp_path / "params.yaml"
@@ -379,3 +414,35 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one_then_stops_with_a_m
     err = " ".join(proc.stderr.split())  # rich wraps long lines
     assert "no usable checkpoint" in err and "Traceback" not in proc.stderr
     assert len(damaged) == 2 and all(str(d / "weights.pt") in err for d in damaged) and f"delete {root}" in err
+
+
+def test_half_copied_or_unloadable_checkpoints_are_skipped_with_a_warning_naming_them(tmp_path):
+    """Faults beyond a hash mismatch: a newer step dir without its state file (a half copy), an empty one, and one
+    whose files match SHA256SUMS but do not load. Each is skipped, named, for the last good checkpoint. A killed
+    write's temp dir is removed by the next save."""
+    import hashlib
+
+    model, root = torch.nn.Linear(3, 2), tmp_path / "ck"
+    opt = torch.optim.AdamW(model.parameters())
+    leftover = root / ".step-00000002.k1lled00" / "step-00000002"  # atomic_path's temp, as kill -9 mid-write
+    leftover.mkdir(parents=True)  # leaves it (benchmarks/resume_probe.py kills real writes)
+    ckpt.save(root, 2, {"policy": model}, {"policy": opt}, {"curve": []})
+    assert not leftover.parent.exists()  # the next save removes it
+    good = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    for step in (4, 6, 8):
+        ckpt.save(root, step, {"policy": model}, {"policy": opt}, {"curve": []}, keep=4)
+    (root / "step-00000004" / "state.json").write_text("{not json")  # rehashed: verifies, does not load
+    (root / "step-00000004" / "SHA256SUMS").write_text("".join(
+        f"{hashlib.sha256((root / 'step-00000004' / n).read_bytes()).hexdigest()}  {n}\n" for n in ("weights.pt", "state.json")))
+    (root / "step-00000006" / "state.json").unlink()  # half copied
+    shutil.rmtree(root / "step-00000008")
+    (root / "step-00000008").mkdir()  # empty
+    with pytest.warns(UserWarning) as caught:
+        state = ckpt.load_latest(root, {"policy": model}, {"policy": opt})
+    shown = [str(w.message) for w in caught]
+    assert state["step"] == 2 and all(torch.equal(good[k], v) for k, v in model.state_dict().items())
+    for step in (4, 6, 8):
+        assert any(str(root / f"step-0000000{step}") in m for m in shown), (step, shown)
+    assert any("does not load (JSONDecodeError" in m for m in shown) and shown[-1].startswith("resuming from the older")

@@ -39,8 +39,11 @@ def _as_record(obj: Any, where: str) -> dict[str, Any]:
 
 
 def read_jsonl(path: Path) -> Iterator[Row]:
-    """Records of a jsonl file, labelled by 1-based line number; blank lines are skipped."""
-    for n, raw in enumerate(_read_bytes(path).split(b"\n"), start=1):
+    """Records of a jsonl file, labelled by 1-based line number; blank lines are skipped, a file of none is refused."""
+    lines = _read_bytes(path).split(b"\n")
+    if not any(raw.strip() for raw in lines):
+        raise DataError(f"{path}: line 1: no records (the file is empty or blank)")
+    for n, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
         where = f"{path}: line {n}"
@@ -65,7 +68,7 @@ def read_json_list(path: Path) -> Iterator[Row]:
         raise DataError(f"{path}: expected a JSON list of records")
     i, idx = _skip_ws(text, i + 1), 0
     if text[i : i + 1] == "]":
-        return
+        raise DataError(f"{path}: row 0: no records (an empty list)")
     while True:
         where = f"{path}: row {idx}"
         start = i

@@ -208,12 +208,19 @@ class ElasticsearchBackend:
         es_alias = self.alias_name(alias)
         existing = self._indices_of(alias)
         live = [n for n, info in existing.items() if es_alias in info.get("aliases", {})]
-        others = sorted(
-            (n for n in existing if n not in live),
-            key=lambda n: int(existing[n]["settings"]["index"]["creation_date"]),
-            reverse=True,
-        )
-        for name in others[max(0, self.cfg.retention - len(live)) :]:
+
+        def created(n: str) -> int:
+            return int(existing[n]["settings"]["index"]["creation_date"])
+
+        def complete(n: str) -> bool:
+            return bool(existing[n].get("mappings", {}).get("_meta", {}).get("complete"))
+
+        # An incomplete index is a killed build: deleted once a later build went live, never counted as a version
+        # kept for rollback (it would push a good one out). One newer than the live index may still be loading.
+        newest_live = max((created(n) for n in live), default=0)
+        killed = [n for n in existing if n not in live and not complete(n) and created(n) < newest_live]
+        others = sorted((n for n in existing if n not in live and complete(n)), key=created, reverse=True)
+        for name in killed + others[max(0, self.cfg.retention - len(live)) :]:
             log.info("Elasticsearch %s: deleting old version %s (retention %d)", redact(self.url), name,
                      self.cfg.retention)
             self._call(f"delete {name}", lambda n=name: self.client.indices.delete(index=n))

@@ -167,8 +167,10 @@ class EmbeddedBackend:
         versions = [d for d in adir.iterdir() if d.is_dir() and re.fullmatch(r"[0-9a-f]{64}", d.name)]
         versions.sort(key=lambda d: d.stat().st_mtime, reverse=True)
         old = [d for d in versions if d.name != keep][max(self.cfg.retention - 1, 0) :]
-        for d in old:
-            shutil.rmtree(d, ignore_errors=True)
+        for d in old:  # renamed out of sight first: a kill mid-delete must not leave a half version to reuse
+            gone = d.with_name(f".{d.name}.old")  # exclusive() removes it if the delete is killed
+            os.replace(d, gone)
+            shutil.rmtree(gone, ignore_errors=True)
 
     # --- search --------------------------------------------------------------------------------------
 

@@ -1,9 +1,10 @@
 """Atomic training checkpoints: model, optimizer(s), RNG state, step, MLflow run id, the learning curve so far.
 
 A checkpoint is one directory written through components.io.atomic_path, so a kill -9 leaves either the
-previous checkpoint or the new one, never half of one. Non-finite weights are refused. Each checkpoint carries
-the SHA-256 of its files (SHA256SUMS, written last); a damaged one (a disk fault, a truncated copy) is skipped
-with a warning for the one before it, so two are kept.
+previous checkpoint or the new one, never half of one (the next save removes the killed write's temp dir).
+Non-finite weights are refused. Each checkpoint carries the SHA-256 of its files (SHA256SUMS, written last);
+a damaged one (a disk fault, a truncated or half copy, a file that does not load) is skipped with a warning
+for the one before it, so two are kept.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from components.io import atomic_path
+from components.io import atomic_path, exclusive
 
 _DIR = re.compile(r"^step-(\d{8})$")
 STATE = "state.json"
@@ -37,11 +38,12 @@ class CheckpointError(RuntimeError):
     """No checkpoint under the root can be used; the message names them and what to do."""
 
 
-def all_checkpoints(root: Path) -> list[Path]:
-    """Finished checkpoints, newest first."""
+def all_checkpoints(root: Path, finished: bool = True) -> list[Path]:
+    """Checkpoint directories, newest first: only those with their state file, unless `finished` is False."""
     if not root.is_dir():
         return []
-    return sorted((d for d in root.iterdir() if _DIR.match(d.name) and (d / STATE).is_file()), reverse=True)
+    dirs = (d for d in root.iterdir() if _DIR.match(d.name) and (not finished or (d / STATE).is_file()))
+    return sorted(dirs, reverse=True)
 
 
 def latest(root: Path) -> Path | None:
@@ -98,7 +100,7 @@ def save(root: Path, step: int, modules: dict[str, torch.nn.Module], optimizers:
             if not torch.isfinite(p).all():
                 raise NonFiniteCheckpoint(f"{name}.{pname} has non-finite values at step {step}")
     target = root / f"step-{step:08d}"
-    with atomic_path(target) as tmp:
+    with exclusive(root), atomic_path(target) as tmp:  # exclusive: first removes temps of killed writes
         tmp.mkdir()
         torch.save(
             {
@@ -118,14 +120,19 @@ def save(root: Path, step: int, modules: dict[str, torch.nn.Module], optimizers:
 
 def load_latest(root: Path, modules: dict[str, torch.nn.Module],
                 optimizers: dict[str, torch.optim.Optimizer]) -> dict[str, Any] | None:  # fmt: skip
-    """Load the newest checkpoint that verifies; warn for each damaged one skipped. None when there is none."""
+    """Load the newest checkpoint that verifies and loads; warn for each damaged one skipped. None when there is none."""
     bad: list[str] = []
-    for path in all_checkpoints(root):
+    for path in all_checkpoints(root, finished=False):
         problem = verify(path)
         if problem is None:
-            if bad:
-                warnings.warn(f"resuming from the older checkpoint {path}", stacklevel=2)
-            return load(path, modules, optimizers)
+            try:
+                state = load(path, modules, optimizers)
+            except Exception as err:  # verified yet unloadable: written by other code, or damaged before hashing
+                problem = f"{path}: does not load ({type(err).__name__}: {str(err)[:200]})"
+            else:
+                if bad:
+                    warnings.warn(f"resuming from the older checkpoint {path}", stacklevel=2)
+                return state
         warnings.warn(f"skipping a damaged checkpoint: {problem}", stacklevel=2)
         bad.append(problem)
     if bad:
@@ -137,13 +144,15 @@ def load_latest(root: Path, modules: dict[str, torch.nn.Module],
 
 
 def load(path: Path, modules: dict[str, torch.nn.Module], optimizers: dict[str, torch.optim.Optimizer]) -> dict[str, Any]:
+    """Read everything first, then apply: a file that does not parse leaves the modules untouched."""
+    state = json.loads((path / STATE).read_text(encoding="utf-8"))
     blob = torch.load(path / WEIGHTS, map_location="cpu", weights_only=False)
     for k, m in modules.items():
         m.load_state_dict(blob["modules"][k])
     for k, o in optimizers.items():
         o.load_state_dict(blob["optimizers"][k])
     set_rng_state(blob["rng"])
-    return json.loads((path / STATE).read_text(encoding="utf-8"))
+    return state
 
 
 def flush(tracker, pending: list[tuple[int, dict[str, Any]]]) -> None:
@@ -184,6 +193,11 @@ class TrainLog:
         self.history["best_em"] = max(em, self.history["best_em"] or 0.0)
         if target is not None and em >= target and self.history["steps_to_target"] is None:
             self.history["steps_to_target"] = n
+
+    def last_eval(self) -> dict[str, float]:
+        """The dev metrics of the curve's last evaluated step ({} when none)."""
+        evals = [{k: v for k, v in m.items() if k.startswith("dev/")} for _, m in self.curve]
+        return next((e for e in reversed(evals) if e), {})
 
     @property
     def reached_target(self) -> bool:

@@ -277,13 +277,14 @@ def run(cfg: Config, tracker) -> dict[str, float]:
     optims = {"policy": trainer.opt} | ({"critic": trainer.critic_opt} if trainer.critic_opt is not None else {})
     log = ckpt.TrainLog(checkpoint_root(cfg), modules, optims, tracker)
     start = log.resume()
+    final_eval = log.last_eval()  # the result when no step is left to run
+    end = start if tc.stop_at_target and log.reached_target else tc.steps  # it had stopped at its target
     tracker.set_tags({"train.algorithm": tc.algorithm, "train.backend": "local"})
     target_key = f"dev/{tc.datasets[0]}/em"
-    final_eval: dict[str, float] = {}
     if start == 0 and tc.eval_every:
         final_eval = trainer.evaluate(0)
         log.record(0, final_eval)
-    bar = tqdm(range(start, tc.steps), desc=f"train {tc.algorithm}", initial=start, total=tc.steps)
+    bar = tqdm(range(start, end), desc=f"train {tc.algorithm}", initial=start, total=tc.steps)
     for step in bar:
         t0 = time.perf_counter()
         metrics, trajs = trainer.step(step)
