@@ -1,13 +1,17 @@
-"""The scheduled deployment: the pipeline flow on the cron schedule in params (`schedule.cron`).
+"""The scheduled deployment: the pipeline flow on the cron schedule in params (`schedule.cron`, `schedule.timezone`).
 
     python -m flows.deploy            # serve: create/refresh the deployment and run it when scheduled
     PREFECT_API_URL=http://host:4200/api python -m flows.deploy
+
+Each scheduled run asks DVC to reproduce every stage: a new version of data/ (or changed code or params)
+re-runs what depends on it, and an unchanged project costs one up-to-date check per stage.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+
+from prefect.schedules import Cron
 
 from components.config import load_config
 from components.env import apply_defaults
@@ -16,15 +20,16 @@ from flows.pipeline import pipeline
 DEPLOYMENT = "nightly"
 
 
-def serve(params_path: str = "params.yaml", stages: list[str] | None = None, limit: int | None = None) -> None:
+def serve(params_path: str = "params.yaml", stages: list[str] | None = None, limit: int | None = 1) -> None:
+    """`limit`: flow runs at once; one, since two `dvc repro` in one workspace would contend for DVC's lock."""
     cfg = load_config(params_path)
-    parameters: dict[str, Any] = {"params_path": params_path, "stages": stages}
     pipeline.serve(
         name=DEPLOYMENT,
-        cron=cfg.schedule.cron,
-        parameters=parameters,
+        schedules=[Cron(cfg.schedule.cron, timezone=cfg.schedule.timezone)],
+        parameters={"stages": stages},
         tags=["agentr1"],
-        description="Re-index and retrain when the corpus or data changed (cached stages are skipped).",
+        description="Reproduce the pipeline through DVC: re-index, retrain, evaluate and register when data, code "
+        "or params changed; a failed stage leaves the live index alias and the champion as they were.",
         limit=limit,
     )
 
@@ -32,7 +37,7 @@ def serve(params_path: str = "params.yaml", stages: list[str] | None = None, lim
 def main() -> None:
     apply_defaults()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--params", default="params.yaml", help="where the schedule is read from")
     parser.add_argument("--stages", default=None, help="comma-separated subset of stages")
     args = parser.parse_args()
     serve(args.params, args.stages.split(",") if args.stages else None)

@@ -1,8 +1,10 @@
-"""Real Prefect flow runs: ephemeral mode, and a scheduled deployment served against a local Prefect server."""
+"""Real Prefect flow runs whose tasks ask real DVC to reproduce each stage: ephemeral mode, and the scheduled
+deployment served against a local Prefect server, retraining on a new data version end to end."""
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -11,8 +13,30 @@ import time
 import pytest
 
 from tests.project import BIN, env_for, make_project, run
+from tests.test_e2e_dvc import TINY_TRAINING
 
-STAGES = "prepare,validate,index,retrieval_eval"
+# The whole pipeline in seconds: a few priming and RL steps, one small eval set, no baselines.
+TINIEST = {
+    **TINY_TRAINING,
+    "model.tiny.prime_first_turn_steps": 2,
+    "model.tiny.prime_steps": 2,
+    "model.tiny.prime_batch_size": 4,
+    "model.tiny.prime_probes": 4,
+    "train.questions_per_step": 2,
+    "evaluate.sets": [{"dataset": "synthetic", "split": "dev", "limit": 4}],
+    "evaluate.baselines": [],
+}
+DATA_STAGES = ["prepare", "validate", "index", "retrieval_eval"]
+FOLLOWERS = {  # every stage downstream of each, by dvc.yaml's data deps
+    "prepare": {"validate", "index", "retrieval_eval", "base_model", "train", "evaluate", "register"},
+    "validate": {"index", "retrieval_eval", "base_model", "train", "evaluate", "register"},
+    "index": {"retrieval_eval", "base_model", "train", "evaluate", "register"},
+    "retrieval_eval": set(),
+    "base_model": {"train", "evaluate", "register"},
+    "train": {"evaluate", "register"},
+    "evaluate": {"register"},
+    "register": set(),
+}
 
 
 def _mlflow_runs(project):
@@ -20,27 +44,57 @@ def _mlflow_runs(project):
 
     client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     exp = client.get_experiment_by_name("agentr1")
-    return client.search_runs([exp.experiment_id])
+    return client.search_runs([exp.experiment_id]) if exp else []
+
+
+def rerun(output: str) -> list[str]:
+    """The stages the flow re-ran, from its own summary line."""
+    if "every stage up to date: nothing re-ran" in output:
+        return []
+    found = re.findall(r"stages re-run: ([\w, ]+)", output)
+    assert found, output[-3000:]
+    return found[-1].split(", ")
+
+
+def touch(project, rel: str) -> None:
+    """A real change to a module's content (a comment line): DVC sees a new hash."""
+    with (project / rel).open("a") as f:
+        f.write(f"# changed by a test at {time.time()}\n")
 
 
 @pytest.mark.slow
-def test_flow_runs_stages_nested_and_caches(tmp_path):
-    project = make_project(tmp_path / "p", git=False)
-    out = run([sys.executable, "-m", "flows.pipeline", "--stages", STAGES], project)
+def test_flow_reproduces_through_dvc_only_what_changed(tmp_path):
+    project = make_project(tmp_path / "p")
+    flow = [sys.executable, "-m", "flows.pipeline", "--stages", ",".join(DATA_STAGES)]
+    out = run(flow, project)
     assert "Finished in state Completed" in out.stdout + out.stderr
-    assert (project / "artifacts" / "metrics" / "retrieval.json").exists()
+    assert rerun(out.stdout + out.stderr) == DATA_STAGES
     runs = _mlflow_runs(project)
     parent = [r for r in runs if r.data.tags.get("agentr1.stage") == "pipeline"]
     assert len(parent) == 1
     children = {r.data.tags["agentr1.stage"]: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id}
-    assert set(children) == set(STAGES.split(","))
+    assert set(children) == set(DATA_STAGES)  # dvc -> agentr1 CLI nested each stage under the flow's run
     assert children["retrieval_eval"].data.metrics["recall_5/hotpotqa"] > 0.3
     assert children["prepare"].data.params["data.synthetic.n_train"] == "100"
 
-    # Same inputs: every task is served from Prefect's cache, no new stage runs.
-    out = run([sys.executable, "-m", "flows.pipeline", "--stages", STAGES], project)
-    assert (out.stdout + out.stderr).count("Finished in state Cached") == len(STAGES.split(","))
+    # Nothing changed: DVC reports every stage up to date, no stage runs again.
+    out = run(flow, project)
+    assert rerun(out.stdout + out.stderr) == []
     assert len(_mlflow_runs(project)) == len(runs) + 1  # only the new parent run
+
+    # A module only retrieval_eval imports: that stage alone.
+    touch(project, "components/retrieval/evaluate.py")
+    out = run(flow, project)
+    assert rerun(out.stdout + out.stderr) == ["retrieval_eval"]
+    # A module validate imports: validate first, then at most what follows it.
+    touch(project, "components/validation/suites.py")
+    out = run(flow, project)
+    again = rerun(out.stdout + out.stderr)
+    assert again[0] == "validate" and set(again[1:]) <= FOLLOWERS["validate"]
+    # The same answer through plain `dvc repro`: a shared module (components/io.py) re-runs from prepare on.
+    touch(project, "components/io.py")
+    status = json.loads(run(["dvc", "status", "--json", *DATA_STAGES], project).stdout)
+    assert set(status) == set(DATA_STAGES)
 
 
 def _free_port() -> int:
@@ -63,25 +117,87 @@ def _wait_http(url: str, timeout: float) -> None:
     raise TimeoutError(url)
 
 
-CHECK = """
-import asyncio, json, sys
+TRIGGER = """
+import asyncio, json
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 from prefect.deployments import run_deployment
 
-async def schedules():
+async def describe():
     async with get_client() as c:
         d = await c.read_deployment_by_name("agentr1-pipeline/nightly")
-        return [s.schedule.cron for s in d.schedules], d.parameters
+        return [(s.schedule.cron, s.schedule.timezone) for s in d.schedules], d.parameters
 
-crons, parameters = asyncio.run(schedules())
-flow_run = run_deployment("agentr1-pipeline/nightly", timeout=600)
-print(json.dumps({"crons": crons, "parameters": parameters, "state": flow_run.state.type.value}))
+async def logs(flow_run_id):
+    async with get_client() as c:
+        rows = await c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+        return "\\n".join(r.message for r in rows)
+
+schedules, parameters = asyncio.run(describe())
+flow_run = run_deployment("agentr1-pipeline/nightly", timeout=None)
+print(json.dumps({"schedules": schedules, "parameters": parameters, "state": flow_run.state.type.value,
+                  "message": flow_run.state.message, "logs": asyncio.run(logs(flow_run.id))}))
 """
 
 
+def _trigger(project, env) -> dict:
+    deadline = time.monotonic() + 120
+    while True:
+        out = subprocess.run([sys.executable, "-c", TRIGGER], cwd=project, env=env, capture_output=True, text=True, timeout=1800)
+        if out.returncode == 0 or time.monotonic() > deadline or "ObjectNotFound" not in out.stderr:
+            break
+        time.sleep(2)  # serve() has not registered the deployment yet
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _new_data_version(project, edit, message: str):
+    """Change data/, `dvc add data`, commit: a new DVC version of the raw data, as a data owner would."""
+    changed = edit(project / "data")
+    run(["dvc", "add", "data"], project)
+    for cmd in (["git", "add", "data.dvc"], ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message]):
+        run(cmd, project)
+    return changed
+
+
+def _add_corpus_page(data) -> None:
+    """One more paragraph in a KILT page the small project indexes: the wiki corpus changes."""
+    path = data / "wiki" / "kilt_sample_100_pages.jsonl"
+    lines = path.read_text().splitlines()
+    page = json.loads(lines[0])
+    page["text"].append("Rutilu Vennor founded the Kestrel Harbour observatory in 1911 after a long voyage north.")
+    lines[0] = json.dumps(page)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _bad_question(data) -> str:
+    path = data / "hotpotqa" / "dev_distractor_ircot_300.jsonl"
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[3])
+    row["question_text"] = "Which " + "very " * 400 + "long question?"
+    lines[3] = json.dumps(row)
+    path.write_text("\n".join(lines) + "\n")
+    return row["question_id"]
+
+
+def _serving(project) -> dict:
+    """What serves: the live index version of every corpus, and the champion model version."""
+    import mlflow
+
+    manifest = json.loads((project / "artifacts" / "index" / "manifest.json").read_text())
+    live = {alias: (project / "artifacts" / "index" / alias / "LIVE").read_text().strip() for alias in manifest}
+    client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    champion = client.get_model_version_by_alias("agentr1-search-agent", "champion")
+    return {"live": live, "champion": str(champion.version)}
+
+
 @pytest.mark.slow
-def test_scheduled_deployment_runs_on_local_server(tmp_path):
-    project = make_project(tmp_path / "p", git=False)
+def test_scheduled_retraining_on_a_new_data_version(tmp_path):
+    import mlflow
+
+    from components.registry.register import EVIDENCE
+
+    project = make_project(tmp_path / "p", TINIEST)
     env = env_for(project)
     port = _free_port()
     env["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
@@ -92,22 +208,47 @@ def test_scheduled_deployment_runs_on_local_server(tmp_path):
     served = None
     try:
         _wait_http(f"http://127.0.0.1:{port}/api/health", 120)
-        served = subprocess.Popen(
-            [sys.executable, "-m", "flows.deploy", "--stages", "prepare,validate"],
-            cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 120
-        while True:
-            out = subprocess.run([sys.executable, "-c", CHECK], cwd=project, env=env, capture_output=True, text=True, timeout=700)
-            if out.returncode == 0 or time.monotonic() > deadline or "ObjectNotFound" not in out.stderr:
-                break
-            time.sleep(2)  # serve() has not registered the deployment yet
-        assert out.returncode == 0, out.stderr[-3000:]
-        result = json.loads(out.stdout.strip().splitlines()[-1])
-        assert result["crons"] == ["0 3 * * *"]
-        assert result["parameters"]["stages"] == ["prepare", "validate"]
-        assert result["state"] == "COMPLETED"
-        assert (project / "artifacts" / "prepared" / "questions.parquet").exists()
+        served = subprocess.Popen([sys.executable, "-m", "flows.deploy"], cwd=project, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+
+        # The first scheduled run builds everything; the first trained version becomes champion.
+        first = _trigger(project, env)
+        assert first["schedules"] == [["0 3 * * *", "UTC"]] and first["parameters"] == {"stages": None}
+        assert first["state"] == "COMPLETED", first["message"]
+        assert rerun(first["logs"]) == list(FOLLOWERS)
+        before = _serving(project)
+        assert before["champion"] == "1"
+
+        # A new version of the data (one more corpus paragraph): re-index, retrain, evaluate, register.
+        _new_data_version(project, _add_corpus_page, "data: one more wiki paragraph")
+        second = _trigger(project, env)
+        assert second["state"] == "COMPLETED", second["message"]
+        assert {"prepare", "validate", "index", "train", "evaluate", "register"} <= set(rerun(second["logs"]))
+        after = _serving(project)
+        assert after["live"]["wiki"] != before["live"]["wiki"]  # the wiki corpus was re-indexed
+        assert after["live"]["synthetic"] == before["live"]["synthetic"]  # an unchanged corpus keeps its version
+        decision = json.loads((project / "artifacts" / "register" / "decision.json").read_text())
+        assert decision["version"] == "2" and decision["champion_version"] == "1" and decision["reason"]
+        assert client.get_model_version("agentr1-search-agent", "2").tags[f"{EVIDENCE}.decision"] == decision["reason"]
+        assert after["champion"] == ("2" if decision["promoted"] else "1")  # promoted or not, and why
+
+        # Nothing changed: DVC finds every stage up to date; no stage run, no new model version.
+        stage_runs = len(_mlflow_runs(project))
+        third = _trigger(project, env)
+        assert third["state"] == "COMPLETED", third["message"]
+        assert rerun(third["logs"]) == []
+        assert len(_mlflow_runs(project)) == stage_runs + 1  # the new pipeline parent run only
+        assert len(client.search_model_versions("name='agentr1-search-agent'")) == 2
+
+        # Bad new data: validation stops the run; the live indexes and the champion keep serving.
+        question_id = _new_data_version(project, _bad_question, "data: a corrupted question")
+        failed = _trigger(project, env)
+        assert failed["state"] == "FAILED"
+        assert "stage validate failed" in failed["message"]
+        assert "expect_column_value_lengths_to_be_between" in failed["message"] and question_id in failed["message"]
+        assert _serving(project) == after
+        assert len(client.search_model_versions("name='agentr1-search-agent'")) == 2
     finally:
         for proc in (served, server):
             if proc is not None:
