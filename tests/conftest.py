@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 apply_defaults(ROOT)
 
 _es_fixtures = ROOT / "tests" / "es_fixtures.py"
-pytest_plugins = (["tests.es_fixtures"] if _es_fixtures.exists() else []) + ["tests.browser", "tests.verl_fixtures"]
+pytest_plugins = (["tests.es_fixtures"] if _es_fixtures.exists() else []) + ["tests.browser", "tests.verl_fixtures", "tests.evaluated_project"]
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_eval_report import evaluated  # noqa: F401  (the module-scoped real run)
 
 AGENTR1 = str(Path(sys.executable).parent / "agentr1")
 
@@ -51,7 +50,7 @@ def piped(cmd: list[str], project: Path) -> str:
 
 
 @pytest.mark.parametrize(("stage", "bar", "rate"), [("evaluate", "agent synthetic/dev", "tok/s"), ("validate", "validate", "suite/s")])
-def test_stage_bars_on_a_terminal_and_none_in_a_pipe(evaluated, stage, bar, rate):  # noqa: F811
+def test_stage_bars_on_a_terminal_and_none_in_a_pipe(evaluated, stage, bar, rate):
     project, _ = evaluated
     cmd = [AGENTR1, stage, "-p", "params.yaml"]
     shown = in_pty(cmd, project)
