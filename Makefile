@@ -68,7 +68,7 @@ test: setup
 	scripts/es.sh start
 	trap 'scripts/es.sh stop' EXIT
 	export ES_URL=$${ES_URL:-http://127.0.0.1:9200}
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 test-learning: setup
 	$(BIN)/python -m pytest -q -s tests/test_learning.py
