@@ -121,6 +121,7 @@ TRIGGER = """
 import asyncio, json
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+from prefect.client.schemas.sorting import LogSort
 from prefect.deployments import run_deployment
 
 async def describe():
@@ -128,15 +129,22 @@ async def describe():
         d = await c.read_deployment_by_name("agentr1-pipeline/nightly")
         return [(s.schedule.cron, s.schedule.timezone) for s in d.schedules], d.parameters
 
-async def logs(flow_run_id):
+async def logs(flow_run_id, completed):
+    # The serving process ships logs in batches after the state change: wait for the flow's summary line.
     async with get_client() as c:
-        rows = await c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
-        return "\\n".join(r.message for r in rows)
+        for _ in range(60):
+            rows = await c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])), limit=200,
+                                     sort=LogSort.TIMESTAMP_DESC)  # the newest 200, the summary among them
+            text = "\\n".join(r.message for r in reversed(rows))
+            if not completed or "stages re-run:" in text or "every stage up to date" in text:
+                break
+            await asyncio.sleep(1)
+        return text
 
 schedules, parameters = asyncio.run(describe())
 flow_run = run_deployment("agentr1-pipeline/nightly", timeout=None)
 print(json.dumps({"schedules": schedules, "parameters": parameters, "state": flow_run.state.type.value,
-                  "message": flow_run.state.message, "logs": asyncio.run(logs(flow_run.id))}))
+                  "message": flow_run.state.message, "logs": asyncio.run(logs(flow_run.id, flow_run.state.is_completed()))}))
 """
 
 
