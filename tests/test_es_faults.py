@@ -149,14 +149,12 @@ ElasticsearchBackend(cfg, url=url).build("faults", corpus)
 """
 
 
-def test_index_process_killed_mid_load_keeps_old_version_live_and_rerun_is_exact(es_backend, es_url,
-                                                                                   hotpotqa_sample, repo_root):
-    """kill -9 of the indexing process itself (not the server) after 1,000 of 2,964 passages were sent."""
+def _old_build_then_a_killed_one(es_backend, es_url, passages, repo_root):
+    """A good build of 500 passages, then a process building the whole sample SIGKILLed mid-load."""
     import os
     import subprocess
     import sys
 
-    questions, passages = hotpotqa_sample
     cfg = es_backend.cfg.model_copy(update={"bulk_chunk_size": 250})
     backend = ElasticsearchBackend(cfg, url=es_url)
     old = backend.build("faults", passages[:500])
@@ -164,6 +162,14 @@ def test_index_process_killed_mid_load_keeps_old_version_live_and_rerun_is_exact
     proc = subprocess.run([sys.executable, "-c", KILLED_BUILD, es_url, cfg.index_prefix], env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == -9, proc.stderr[-2000:]
+    return cfg, backend, old
+
+
+def test_index_process_killed_mid_load_keeps_old_version_live_and_rerun_is_exact(es_backend, es_url,
+                                                                                   hotpotqa_sample, repo_root):
+    """kill -9 of the indexing process itself (not the server) after 1,000 of 2,964 passages were sent."""
+    questions, passages = hotpotqa_sample
+    cfg, backend, old = _old_build_then_a_killed_one(es_backend, es_url, passages, repo_root)
 
     assert backend.live_version("faults") == old.version  # the alias never moved
     [hits] = backend.search("faults", [passages[10].title + " " + passages[10].text[:80]], k=3)
@@ -195,18 +201,8 @@ def test_a_killed_build_is_removed_by_the_next_build_and_never_pushes_a_good_ver
                                                                                         hotpotqa_sample, repo_root):
     """kill -9 mid-load leaves an incomplete index; the next build of another corpus deletes it and keeps the
     previous good version for rollback (retention 2), instead of keeping the half index and dropping the good one."""
-    import os
-    import subprocess
-    import sys
-
     questions, passages = hotpotqa_sample
-    cfg = es_backend.cfg.model_copy(update={"bulk_chunk_size": 250})
-    backend = ElasticsearchBackend(cfg, url=es_url)
-    old = backend.build("faults", passages[:500])
-    env = {**os.environ, "PYTHONPATH": str(repo_root)}
-    proc = subprocess.run([sys.executable, "-c", KILLED_BUILD, es_url, cfg.index_prefix], env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert proc.returncode == -9, proc.stderr[-2000:]
+    cfg, backend, old = _old_build_then_a_killed_one(es_backend, es_url, passages, repo_root)
     half = backend.index_name("faults", corpus_hash(passages))
     assert backend.client.indices.exists(index=half)
 

@@ -25,20 +25,7 @@ from components.rl.batch import collate
 from components.rl.losses import aggregate, kl_to_reference, policy_logprobs, policy_loss, value_loss
 from components.rollout.engine import rollout
 from components.tracking.tracker import NullTracker
-
-
-def small_raw(art: Path, **train_over) -> dict:
-    return {
-        "project": {"seed": 3, "artifacts_dir": str(art)},
-        "data": {"datasets": [], "synthetic": {"seed": 7, "n_entities": 40, "n_relations": 4, "n_train": 60,
-                                               "n_dev": 10, "n_test": 10}},  # fmt: skip
-        "agent": {"system_prompt": False, "max_turns": 3, "max_tokens_per_turn": 12},
-        "model": {"tiny": {"vocab_size": 600, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                           "num_attention_heads": 2, "num_key_value_heads": 1, "prime_first_turn_steps": 3,
-                           "prime_steps": 3, "prime_batch_size": 4, "prime_probes": 8}},
-        "train": {"steps": 4, "questions_per_step": 2, "group_size": 3, "micro_batch_size": 4, "eval_every": 2,
-                  "eval_questions": 4, "checkpoint_every": 2, "log_trajectories_every": 2, **train_over},
-    }  # fmt: skip
+from tests.toy import small_raw
 
 
 class Recorder(NullTracker):
