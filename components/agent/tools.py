@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
 
 import jsonschema
@@ -38,14 +40,23 @@ def tool_schema(tool: Tool) -> dict[str, Any]:
     }
 
 
+@lru_cache(maxsize=64)
+def _validator(schema_json: str) -> jsonschema.protocols.Validator:
+    """The schema checked once and compiled (jsonschema.validate re-checks it on every call: most of a step)."""
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
 def validate_arguments(tool: Tool, arguments: Any) -> str | None:
-    """None if `arguments` fits the tool's schema, else a one-line reason."""
-    try:
-        jsonschema.validate(arguments, tool.parameters)
-    except jsonschema.ValidationError as err:
-        where = "/".join(str(p) for p in err.absolute_path) or "arguments"
-        return f"{where}: {err.message}"
-    return None
+    """None if `arguments` fits the tool's schema, else a one-line reason (the error jsonschema.validate raises)."""
+    validator = _validator(json.dumps(tool.parameters))
+    err = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    if err is None:
+        return None
+    where = "/".join(str(p) for p in err.absolute_path) or "arguments"
+    return f"{where}: {err.message}"
 
 
 class SearchTool:
