@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from tqdm import tqdm
 
 from components import artifacts
 from components.artifacts import PASSAGES_FILE, QUESTIONS_FILE
-from components.config import Config, DataConfig
+from components.config import Config, DataConfig, DatasetSpec
 from components.data.loaders import LOADERS
 from components.data.passages import PassageTable
 from components.data.schema import DataError, Passage, Question
@@ -29,31 +30,43 @@ QUESTION_SCHEMA = pa.schema(
     ]
 )
 PASSAGE_SCHEMA = pa.schema([(f, pa.string()) for f in ("id", "title", "text", "corpus")])
+
+
 def load_all(data: DataConfig, data_root: Path) -> tuple[list[Question], list[Passage]]:
     """Every configured dataset, then the synthetic worlds; raises DataError on the first bad input."""
     parts = [(s.name, s.split) for s in data.datasets]  # one dataset may have several splits, each from one spec
     table, questions = PassageTable(), []
-    for i, spec in enumerate(data.datasets):
-        key = f"data.datasets[{i}]"
-        if spec.name in (FACTUAL, COUNTERFACTUAL):
-            raise DataError(f"{key}.name: {spec.name!r} is reserved for the synthetic worlds")
-        if parts[i] in parts[:i]:
-            raise DataError(
-                f"{key}.name: {spec.name!r} split {spec.split!r} is already used by data.datasets[{parts.index(parts[i])}]"
-            )
-        path = data_root / spec.path
-        if spec.format != "hf_hub" and not path.is_file():
-            raise DataError(f"{path}: file not found ({key}.path)")
-        questions += LOADERS[spec.format](spec, path, table)
-    if data.synthetic.enabled:
-        world = generate_world(data.synthetic)
-        table.extend(world.passages())
-        questions += [q for split in SPLITS for q in world.questions(split)]
-        if data.synthetic.counterfactual:
-            cf = generate_world(data.synthetic, counterfactual=True)
-            table.extend(cf.passages())
-            questions += cf.questions("dev")
+    bar = tqdm(total=len(data.datasets) + data.synthetic.enabled, desc="prepare", unit="file", disable=None, dynamic_ncols=True)
+    with bar:
+        for i, spec in enumerate(data.datasets):
+            bar.set_postfix_str(spec.path, refresh=False)
+            questions += _load_spec(i, spec, parts, data_root, table)
+            bar.update()
+        if data.synthetic.enabled:
+            bar.set_postfix_str("synthetic worlds", refresh=False)
+            world = generate_world(data.synthetic)
+            table.extend(world.passages())
+            questions += [q for split in SPLITS for q in world.questions(split)]
+            if data.synthetic.counterfactual:
+                cf = generate_world(data.synthetic, counterfactual=True)
+                table.extend(cf.passages())
+                questions += cf.questions("dev")
+            bar.update()
     return questions, table.passages
+
+
+def _load_spec(i: int, spec: DatasetSpec, parts: list[tuple[str, str]], data_root: Path, table: PassageTable) -> list[Question]:
+    key = f"data.datasets[{i}]"
+    if spec.name in (FACTUAL, COUNTERFACTUAL):
+        raise DataError(f"{key}.name: {spec.name!r} is reserved for the synthetic worlds")
+    if parts[i] in parts[:i]:
+        raise DataError(
+            f"{key}.name: {spec.name!r} split {spec.split!r} is already used by data.datasets[{parts.index(parts[i])}]"
+        )
+    path = data_root / spec.path
+    if spec.format != "hf_hub" and not path.is_file():
+        raise DataError(f"{path}: file not found ({key}.path)")
+    return LOADERS[spec.format](spec, path, table)
 
 
 def write_questions(path: Path, questions: list[Question]) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from components.data.schema import Passage
+
+Progress = Callable[[int], None]  # told of every n passages indexed
 
 
 @dataclass(frozen=True)
@@ -44,10 +46,11 @@ def corpus_hash(passages: Sequence[Passage]) -> str:
 
 @runtime_checkable
 class SearchBackend(Protocol):
-    def build(self, alias: str, passages: Sequence[Passage]) -> IndexVersion:
+    def build(self, alias: str, passages: Sequence[Passage], progress: Progress | None = None) -> IndexVersion:
         """Index `passages` as version corpus_hash(passages), then point `alias` at it atomically.
 
-        A no-op (created=False) when that version already exists and is live.
+        A no-op (created=False) when that version already exists and is live. `progress(n)` is told of every n
+        passages indexed (all of them at once for a no-op).
         """
         ...
 

@@ -18,7 +18,7 @@ from elasticsearch import Elasticsearch, helpers
 
 from components.config import ElasticsearchConfig
 from components.data.schema import Passage
-from components.retrieval.base import Hit, IndexVersion, SearchError, corpus_hash
+from components.retrieval.base import Hit, IndexVersion, Progress, SearchError, corpus_hash
 from components.retrieval.es_connection import (
     RETRY_STATUSES,
     TransientError,
@@ -110,7 +110,7 @@ class ElasticsearchBackend:
 
     # --- build -----------------------------------------------------------------------------------
 
-    def build(self, alias: str, passages: Sequence[Passage]) -> IndexVersion:
+    def build(self, alias: str, passages: Sequence[Passage], progress: Progress | None = None) -> IndexVersion:
         es_alias = self.alias_name(alias)
         if not passages:
             raise ValueError(f"index {alias!r}: no passages to index")
@@ -126,21 +126,24 @@ class ElasticsearchBackend:
                 if es_alias not in existing[index].get("aliases", {}):
                     self._switch_alias(es_alias, index, existing)
                 self._retain(alias)
+                if progress is not None:
+                    progress(len(passages))
                 return IndexVersion(alias, version, index, len(passages), created=False)
             log.warning("Elasticsearch %s: index %s is incomplete (an interrupted build); rebuilding",
                         redact(self.url), index)
             self._call(f"delete {index}", lambda: self.client.indices.delete(index=index))
 
-        self._load(index, version, passages)
+        self._load(index, version, passages, progress)
         self._switch_alias(es_alias, index, self._indices_of(alias))
         self._retain(alias)
         return IndexVersion(alias, version, index, len(passages), created=True)
 
-    def _load(self, index: str, version: str, passages: Sequence[Passage]) -> None:
+    def _load(self, index: str, version: str, passages: Sequence[Passage], progress: Progress | None) -> None:
         dims = self.embedding_dims if self.embedder else None
         body = index_body(self.cfg, version, dims)
         self._call(f"create {index}", lambda: self.client.indices.create(index=index, **body))
         errors: list[dict[str, Any]] = []
+        done, step = 0, max(1, self.cfg.bulk_chunk_size)  # progress is told once a chunk
         try:
             # Concurrent bulk requests keep every ES write thread busy while Python serialises the next chunk.
             for ok, item in helpers.parallel_bulk(
@@ -155,10 +158,15 @@ class ElasticsearchBackend:
             ):
                 if not ok:
                     errors.append(item)
+                done += 1
+                if progress is not None and done % step == 0:
+                    progress(step)
         except Exception as err:  # transport failure mid-load: the alias still points at the old version
             raise SearchError(
                 f"Elasticsearch at {redact(self.url)}: bulk load of {index} failed: {type(err).__name__}: {err}"
             ) from err
+        if progress is not None and done % step:
+            progress(done % step)
         if errors:
             item = next(iter(errors[0].values()))
             raise SearchError(

@@ -34,12 +34,17 @@ import scipy.sparse as sp
 from components.config import EmbeddedConfig
 from components.data.schema import Passage
 from components.io import atomic_path, exclusive, write_json, write_text
-from components.retrieval.base import Hit, IndexVersion, SearchError, corpus_hash
+from components.retrieval.base import Hit, IndexVersion, Progress, SearchError, corpus_hash
 
 _ALIAS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 _LIVE = "LIVE"
 _META = "meta.json"
 _PASSAGES = "passages.parquet"
+_TOKENIZE_CHUNK = 2000
+
+
+def _ignore(n: int) -> None:
+    pass
 
 
 def _stemmer(name: str | None):
@@ -122,7 +127,7 @@ class EmbeddedBackend:
         except (FileNotFoundError, json.JSONDecodeError):
             return None
 
-    def build(self, alias: str, passages: Sequence[Passage]) -> IndexVersion:
+    def build(self, alias: str, passages: Sequence[Passage], progress: Progress | None = None) -> IndexVersion:
         adir = self._alias_dir(alias)
         if not passages:
             raise ValueError(f"index {alias!r}: no passages to index")
@@ -139,16 +144,22 @@ class EmbeddedBackend:
             created = meta is None or meta.get("settings") != self._settings()
             if created:
                 with atomic_path(vdir) as tmp:
-                    self._write_version(tmp, alias, version, passages)
+                    self._write_version(tmp, alias, version, passages, progress or _ignore)
+            elif progress is not None:
+                progress(len(passages))
             if self.live_version(alias) != version:
                 os.utime(vdir)  # retention keeps the most recently live versions
                 write_text(adir / _LIVE, version + "\n")
             self._prune(adir, keep=version)
         return IndexVersion(alias, version, f"{alias}-{version[:12]}", len(passages), created)
 
-    def _write_version(self, out: Path, alias: str, version: str, passages: Sequence[Passage]) -> None:
+    def _write_version(self, out: Path, alias: str, version: str, passages: Sequence[Passage], progress: Progress) -> None:
         title_rep = self.cfg.title_weight
-        tokens = self._tokenize([f"{p.title}\n" * title_rep + p.text for p in passages])
+        tokens: list[list[str]] = []
+        for start in range(0, len(passages), _TOKENIZE_CHUNK):  # tokenizing is most of the build: report per chunk
+            chunk = passages[start : start + _TOKENIZE_CHUNK]
+            tokens += self._tokenize([f"{p.title}\n" * title_rep + p.text for p in chunk])
+            progress(len(chunk))
         bm25 = bm25s.BM25(k1=self.cfg.k1, b=self.cfg.b, method="lucene")
         bm25.index(tokens, show_progress=False)
         bm25.save(str(out), show_progress=False)

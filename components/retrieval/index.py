@@ -10,12 +10,15 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from tqdm import tqdm
+
 from components import artifacts
 from components.config import Config
 from components.data.prepare import read_passages
 from components.data.schema import Passage
 from components.io import exclusive, write_json
 from components.retrieval.factory import make_backend
+
 
 def manifest_path(cfg: Config) -> Path:
     return artifacts.index_manifest(cfg)
@@ -39,13 +42,17 @@ def run(cfg: Config, tracker) -> dict[str, float]:
     metrics: dict[str, float] = {}
     built = 0
     start = time.perf_counter()
+    total = sum(map(len, corpora.values()))
+    bar = tqdm(total=total, desc=f"index {cfg.retrieval.backend}", unit="passage", disable=None, dynamic_ncols=True)
     try:
         for alias, passages in corpora.items():
-            v = backend.build(alias, passages)
+            bar.set_postfix_str(alias, refresh=False)
+            v = backend.build(alias, passages, bar.update)
             built += v.created
             manifest[alias] = {"version": v.version, "name": v.name, "n_docs": v.n_docs, "backend": cfg.retrieval.backend}
             metrics[f"docs/{alias}"] = v.n_docs
     finally:
+        bar.close()
         backend.close()
     seconds = time.perf_counter() - start
 
