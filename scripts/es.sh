@@ -130,7 +130,7 @@ start() {
     rm -f "$PIDFILE"
     log "starting ES $ES_VERSION as $([[ $EUID -eq 0 ]] && echo "$ES_USER" || id -un) on $URL (heap $ES_HEAP)"
     as_es_user env -i PATH=/usr/bin:/bin HOME="$ES_ROOT/tmp" ES_TMPDIR="$ES_ROOT/tmp" \
-        "$HOME_DIR/bin/elasticsearch" -d -p "$PIDFILE" >"$ES_ROOT/logs/stdout.log" 2>&1 \
+        "$HOME_DIR/bin/elasticsearch" -d -p "$PIDFILE" >"$ES_ROOT/logs/stdout.log" 2>&1 9>&- \
         || { tail -n 30 "$ES_ROOT/logs/stdout.log" >&2; die "elasticsearch failed to start (see $ES_ROOT/logs)"; }
     wait_green
 }
@@ -164,12 +164,19 @@ signal_es() {  # pause/resume: SIGSTOP/SIGCONT, a hung server for timeout tests
     kill "-$1" "$(pid)"
 }
 
+locked() {  # one install/start/stop at a time per ES_ROOT: two concurrent starts must not both extract
+    mkdir -p "$ES_ROOT"
+    exec 9>"$ES_ROOT/.lock"
+    flock 9
+    "$@"
+}
+
 case "${1:-}" in
-    install) install ;;
+    install) locked install ;;
     verify) [[ -n "${2:-}" ]] || die "usage: $0 verify TARBALL"; verify "$2" && log "SHA-512 ok: $2" ;;
-    start) start ;;
-    stop) stop ;;
-    restart) stop; start ;;
+    start) locked start ;;
+    stop) locked stop ;;
+    restart) locked stop; start ;;
     status) status ;;
     pause) signal_es STOP; log "paused pid $(pid)" ;;
     resume) signal_es CONT; log "resumed pid $(pid)" ;;
