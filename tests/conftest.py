@@ -37,3 +37,43 @@ def repo_root() -> Path:
 
 def pytest_report_header(config):
     return f"agentr1 root: {ROOT}; ES_URL={os.environ.get('ES_URL', '<unset>')}"
+
+
+
+# `make test` runs the suite on 2 pytest-xdist workers. A group runs on one worker, groups in the order below:
+# - every Elasticsearch test (the fault tests stop and restart the one local server);
+# - the tests of one shared session fixture (built once, not once per worker);
+# - otherwise the tests of one module (module fixtures are built once).
+# (xdist's own --dist loadgroup marks do not work with pytest 9: it renames nodes through an attribute pytest 9
+# no longer reads. So the controller groups node ids itself, and each worker checks the grouping at collection.)
+SHARED_FILES = {"tests/test_eval_report.py": "evaluated", "tests/test_progress.py": "evaluated"}
+ES_FIXTURES = {"es_url", "es_local", "es_backend"}
+LONGEST_FIRST = ["tests/test_learning.py", "tests/test_flows.py", "tests/test_e2e_dvc.py", "tests/test_dvc_deps.py",
+                 "tests/test_rl_train.py"]  # fmt: skip
+
+
+def xdist_group(nodeid: str) -> str:
+    path = nodeid.split("::")[0]
+    if path.startswith("tests/test_es_") or nodeid.endswith("[elasticsearch]"):
+        return "elasticsearch"
+    return SHARED_FILES.get(path, path)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        uses = set(getattr(item, "fixturenames", ()))
+        want = "elasticsearch" if uses & ES_FIXTURES else "evaluated" if "evaluated" in uses else None
+        if want and xdist_group(item.nodeid) != want:
+            raise pytest.UsageError(f"{item.nodeid} uses the {want} fixtures: add it to tests/conftest.py's groups")
+    first = {path: i for i, path in enumerate(LONGEST_FIRST)}  # the longest groups start first: no long tail
+    items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], len(first)))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Grouped(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    return Grouped(config, log)
