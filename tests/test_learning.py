@@ -111,7 +111,7 @@ def test_rl_lifts_held_out_em(tmp_path):
             "agent": {"system_prompt": False, "max_turns": 3},
             "retrieval": {"top_k": 1},
             "model": {"tiny": {"num_threads": 2, "prime_max_turns": 4}},
-            "train": {"num_threads": 2, "lr": 1e-3, "questions_per_step": 32, "steps": 200, "eval_every": 10,
+            "train": {"num_threads": 1, "lr": 1e-3, "questions_per_step": 32, "steps": 200, "eval_every": 10,
                       "eval_questions": 200, "checkpoint_every": 50, "target_em": 0.9, "stop_at_target": True},
         }
     )  # fmt: skip
