@@ -91,3 +91,23 @@ def test_prepare_and_index_bars_on_a_terminal_and_none_in_a_pipe(data_project, b
 
     quiet = piped([AGENTR1, "index", "-p", "params.yaml"], project)  # nothing to build; still no bar in a pipe
     assert "index done" in quiet and f"index {backend}:" not in quiet and "%|" not in quiet, quiet[-2000:]
+
+
+CONVERT = """
+import sys
+from pathlib import Path
+from components.env import apply_defaults
+apply_defaults()
+from components.config import load_config
+from components.model.source import convert, resolve_source
+convert(resolve_source(load_config(sys.argv[1], {"profile": "real"}).model), Path(sys.argv[2]))
+"""
+
+
+@pytest.mark.slow
+def test_the_real_models_gguf_conversion_shows_its_bar_on_a_terminal(tmp_path):
+    """base_model (real profile) converts the pinned GGUF: transformers' own bar, with a rate, on a terminal."""
+    params = str(Path(__file__).parents[1] / "params.yaml")
+    shown = in_pty([sys.executable, "-c", CONVERT, params, str(tmp_path / "m")], tmp_path)
+    assert "de-quantizing GGUF tensors" in shown and "it/s" in shown and "100%" in shown, shown[-2000:]
+    assert (tmp_path / "m" / "model.safetensors").is_file()
