@@ -39,7 +39,6 @@ def pytest_report_header(config):
     return f"agentr1 root: {ROOT}; ES_URL={os.environ.get('ES_URL', '<unset>')}"
 
 
-
 # `make test` runs the suite on 2 pytest-xdist workers. A group runs on one worker, groups in the order below:
 # - every Elasticsearch test (the fault tests stop and restart the one local server);
 # - the tests of one shared session fixture (built once, not once per worker);

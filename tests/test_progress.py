@@ -74,7 +74,7 @@ def data_project(tmp_path):
     return tmp_path, raw
 
 
-@pytest.mark.parametrize("backend", ["embedded", pytest.param("elasticsearch", marks=pytest.mark.xdist_group("es"))])
+@pytest.mark.parametrize("backend", ["embedded", "elasticsearch"])  # [elasticsearch]: the ES worker group
 def test_prepare_and_index_bars_on_a_terminal_and_none_in_a_pipe(data_project, backend, request):
     project, raw = data_project
     if backend == "elasticsearch":
