@@ -19,12 +19,14 @@ TELEMETRY_OFF = {
     "DVC_NO_ANALYTICS": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
+# A batch job writes each trace when it is logged: each flush of MLflow's async queue idles about 1 s.
+SYNC_TRACES = {"MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "false"}
 
 
 def apply_defaults(root: str | Path | None = None) -> None:
     """Set telemetry-off and state-location variables unless the user already set them."""
     root = Path(root or os.getcwd()).resolve()
-    for key, value in TELEMETRY_OFF.items():
+    for key, value in {**TELEMETRY_OFF, **SYNC_TRACES}.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("PREFECT_HOME", str(root / ".prefect"))
     os.environ.setdefault("DVC_SITE_CACHE_DIR", str(root / ".cache" / "dvc-site"))

@@ -25,6 +25,7 @@ SMALL = {
     "data.synthetic.n_train": 100,
     "data.synthetic.n_dev": 20,
     "data.synthetic.n_test": 20,
+    "tracking.traces": 1,  # the trace path runs; test_eval_report checks the traces themselves
 }
 
 

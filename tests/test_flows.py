@@ -142,7 +142,7 @@ async def logs(flow_run_id, completed):
         return text
 
 schedules, parameters = asyncio.run(describe())
-flow_run = run_deployment("agentr1-pipeline/nightly", timeout=None)
+flow_run = run_deployment("agentr1-pipeline/nightly", timeout=None, poll_interval=1)
 print(json.dumps({"schedules": schedules, "parameters": parameters, "state": flow_run.state.type.value,
                   "message": flow_run.state.message, "logs": asyncio.run(logs(flow_run.id, flow_run.state.is_completed()))}))
 """
@@ -209,6 +209,7 @@ def test_scheduled_retraining_on_a_new_data_version(tmp_path):
     env = env_for(project)
     port = _free_port()
     env["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
+    env["PREFECT_RUNNER_POLL_FREQUENCY"] = "1"  # serve() picks up a triggered run within a second, not ten
     server = subprocess.Popen(
         [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
         cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
