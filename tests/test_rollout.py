@@ -17,7 +17,7 @@ def toy(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def trajs(toy):
-    qs = toy.world.questions("train")[:6] * 2
+    qs = toy.world.questions("train")[:6] * 2  # a repeated question shares one prompt prefill
     stats = RolloutStats()
     out = rollout(toy.model, toy.chat, toy.env(), qs, toy.agent, temperature=1.0,
                   generator=torch.Generator().manual_seed(1), stats=stats)  # fmt: skip

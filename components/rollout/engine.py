@@ -87,6 +87,16 @@ class _Batch:
         self.next_pos = self.next_pos + lengths
         return self.head(hidden).float()
 
+    def feed_prompts(self, prompts: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
+        """`feed` each distinct prompt once (a group's episodes share theirs), then copy it to its rows."""
+        first: dict[tuple[int, ...], int] = {}
+        rows = [first.setdefault(tuple(p), len(first)) for p in prompts]
+        logits = self.feed(list(first), pad_id)
+        if len(first) == len(rows):
+            return logits
+        self.keep(rows)
+        return logits[rows]
+
     def feed_masked(self, feed: list[list[int]], real: torch.Tensor, pad_id: int) -> torch.Tensor:
         """One decode step: rows whose turn already ended feed a masked pad (a hole)."""
         if bool(real.all()):
@@ -166,7 +176,7 @@ def rollout(
         trajs.append(t)
     active = list(range(len(trajs)))
     batch = _Batch(model, next(model.parameters()).device, prefill_chunk)
-    logits = batch.feed([t.input_ids for t in trajs], chat.pad_id)
+    logits = batch.feed_prompts([t.input_ids for t in trajs], chat.pad_id)
     while active:
         budgets = [cfg.max_total_tokens - len(trajs[i].input_ids) for i in active]
         turn = decode_turn(batch, logits, chat, budgets, cfg.max_tokens_per_turn, temperature, generator, stats,
