@@ -64,12 +64,13 @@ run: setup
 	if $(uses_es); then scripts/es.sh start; fi
 	if [[ -n "$(PROFILE)" ]]; then $(BIN)/dvc exp run -S profile=$(PROFILE); else $(BIN)/dvc repro; fi
 
-# ES starts in the background while pytest collects; the ES tests' fixture waits for it (scripts/es.sh start holds
-# a lock until the server is green). Two xdist workers, one per core; tests/conftest.py groups what must share one
-# worker and starts the longest groups first.
-test: setup
+# ES is fetched and started in the background while setup installs; the ES tests' fixture waits for it
+# (scripts/es.sh start holds a lock until the server is green). Two xdist workers, one per core;
+# tests/conftest.py groups what must share one worker and starts the longest groups first.
+test:
 	if [[ -z "$${ES_URL:-}" ]]; then scripts/es.sh start >/dev/null 2>&1 & fi
 	trap 'wait; scripts/es.sh stop' EXIT
+	$(MAKE) --no-print-directory setup
 	$(BIN)/python -m pytest -q -n 2 --no-loadscope-reorder --durations=30
 
 test-learning: setup
