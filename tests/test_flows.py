@@ -1,5 +1,6 @@
-"""Real Prefect flow runs whose tasks ask real DVC to reproduce each stage: ephemeral mode, and the scheduled
-deployment served against a local Prefect server, retraining on a new data version end to end."""
+"""Real Prefect flow runs whose tasks ask real DVC to reproduce each stage, in ephemeral mode and against one local
+Prefect server per module; the scheduled deployment served against that server retrains on a new data version end
+to end."""
 
 from __future__ import annotations
 
@@ -62,41 +63,6 @@ def touch(project, rel: str) -> None:
         f.write(f"# changed by a test at {time.time()}\n")
 
 
-@pytest.mark.slow
-def test_flow_reproduces_through_dvc_only_what_changed(tmp_path):
-    project = make_project(tmp_path / "p")
-    flow = [sys.executable, "-m", "flows.pipeline", "--stages", ",".join(DATA_STAGES)]
-    out = run(flow, project)
-    assert "Finished in state Completed" in out.stdout + out.stderr
-    assert rerun(out.stdout + out.stderr) == DATA_STAGES
-    runs = _mlflow_runs(project)
-    parent = [r for r in runs if r.data.tags.get("agentr1.stage") == "pipeline"]
-    assert len(parent) == 1
-    children = {r.data.tags["agentr1.stage"]: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id}
-    assert set(children) == set(DATA_STAGES)  # dvc -> agentr1 CLI nested each stage under the flow's run
-    assert children["retrieval_eval"].data.metrics["recall_5/hotpotqa"] > 0.3
-    assert children["prepare"].data.params["data.synthetic.n_train"] == "100"
-
-    # Nothing changed: DVC reports every stage up to date, no stage runs again.
-    out = run(flow, project)
-    assert rerun(out.stdout + out.stderr) == []
-    assert len(_mlflow_runs(project)) == len(runs) + 1  # only the new parent run
-
-    # A module only retrieval_eval imports: that stage alone.
-    touch(project, "components/retrieval/evaluate.py")
-    out = run(flow, project)
-    assert rerun(out.stdout + out.stderr) == ["retrieval_eval"]
-    # A module validate imports: validate first, then at most what follows it.
-    touch(project, "components/validation/suites.py")
-    out = run(flow, project)
-    again = rerun(out.stdout + out.stderr)
-    assert again[0] == "validate" and set(again[1:]) <= FOLLOWERS["validate"]
-    # The same answer through plain `dvc repro`: a shared module (components/io.py) re-runs from prepare on.
-    touch(project, "components/io.py")
-    status = json.loads(run(["dvc", "status", "--json", *DATA_STAGES], project).stdout)
-    assert set(status) == set(DATA_STAGES)
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -115,6 +81,67 @@ def _wait_http(url: str, timeout: float) -> None:
         except OSError:
             time.sleep(1)
     raise TimeoutError(url)
+
+
+def _stop(proc) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def prefect_api(tmp_path_factory):
+    """One local Prefect server (its own PREFECT_HOME) for the module's flow runs; yields its API URL."""
+    home = tmp_path_factory.mktemp("prefect")
+    port = _free_port()
+    server = subprocess.Popen(
+        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=home, env={**env_for(home), "PREFECT_HOME": str(home)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/api/health", 120)
+        yield f"http://127.0.0.1:{port}/api"
+    finally:
+        _stop(server)
+
+
+@pytest.mark.slow
+def test_flow_reproduces_through_dvc_only_what_changed(tmp_path, prefect_api):
+    project = make_project(tmp_path / "p")
+    flow = [sys.executable, "-m", "flows.pipeline", "--stages", ",".join(DATA_STAGES)]
+    out = run(flow, project)  # Prefect's ephemeral mode, as `python -m flows.pipeline` runs for a user
+    assert "Finished in state Completed" in out.stdout + out.stderr
+    assert rerun(out.stdout + out.stderr) == DATA_STAGES
+    runs = _mlflow_runs(project)
+    parent = [r for r in runs if r.data.tags.get("agentr1.stage") == "pipeline"]
+    assert len(parent) == 1
+    children = {r.data.tags["agentr1.stage"]: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id}
+    assert set(children) == set(DATA_STAGES)  # dvc -> agentr1 CLI nested each stage under the flow's run
+    assert children["retrieval_eval"].data.metrics["recall_5/hotpotqa"] > 0.3
+    assert children["prepare"].data.params["data.synthetic.n_train"] == "100"
+
+    # The same flow against a Prefect server: no ephemeral server starts per run. Nothing changed: DVC reports
+    # every stage up to date, no stage runs again.
+    served = {**env_for(project), "PREFECT_API_URL": prefect_api}
+    out = run(flow, project, env=served)
+    assert rerun(out.stdout + out.stderr) == []
+    assert len(_mlflow_runs(project)) == len(runs) + 1  # only the new parent run
+
+    # A module only retrieval_eval imports: that stage alone.
+    touch(project, "components/retrieval/evaluate.py")
+    out = run(flow, project, env=served)
+    assert rerun(out.stdout + out.stderr) == ["retrieval_eval"]
+    # A module validate imports: validate first, then at most what follows it.
+    touch(project, "components/validation/suites.py")
+    out = run(flow, project, env=served)
+    again = rerun(out.stdout + out.stderr)
+    assert again[0] == "validate" and set(again[1:]) <= FOLLOWERS["validate"]
+    # The same answer through plain `dvc repro`: a shared module (components/io.py) re-runs from prepare on.
+    touch(project, "components/io.py")
+    status = json.loads(run(["dvc", "status", "--json", *DATA_STAGES], project).stdout)
+    assert set(status) == set(DATA_STAGES)
 
 
 TRIGGER = """
@@ -200,25 +227,18 @@ def _serving(project) -> dict:
 
 
 @pytest.mark.slow
-def test_scheduled_retraining_on_a_new_data_version(tmp_path):
+def test_scheduled_retraining_on_a_new_data_version(tmp_path, prefect_api):
     import mlflow
 
     from components.registry.register import EVIDENCE
 
     project = make_project(tmp_path / "p", TINIEST)
     env = env_for(project)
-    port = _free_port()
-    env["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
+    env["PREFECT_API_URL"] = prefect_api
     env["PREFECT_RUNNER_POLL_FREQUENCY"] = "1"  # serve() picks up a triggered run within a second, not ten
-    server = subprocess.Popen(
-        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    served = None
+    served = subprocess.Popen([sys.executable, "-m", "flows.deploy"], cwd=project, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
-        _wait_http(f"http://127.0.0.1:{port}/api/health", 120)
-        served = subprocess.Popen([sys.executable, "-m", "flows.deploy"], cwd=project, env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
 
         # The first scheduled run builds everything; the first trained version becomes champion.
@@ -259,10 +279,4 @@ def test_scheduled_retraining_on_a_new_data_version(tmp_path):
         assert _serving(project) == after
         assert len(client.search_model_versions("name='agentr1-search-agent'")) == 2
     finally:
-        for proc in (served, server):
-            if proc is not None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+        _stop(served)
