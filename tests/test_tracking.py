@@ -1,6 +1,7 @@
 """Real MLflow sqlite store and registry in a temp dir."""
 
 import json
+import os
 
 import mlflow
 import pandas as pd
@@ -157,3 +158,15 @@ def test_cli_stage_nests_under_AGENTR1_PARENT_RUN_ID(mlflow_uri, tmp_path, monke
     assert out.exit_code == 1 and "Traceback" not in out.output
     assert f"{PARENT_ENV}=0123456789abcdef0123456789abcdef: no such MLflow run" in " ".join(out.output.split())
     assert len(client.search_runs([exp.experiment_id], filter_string=f"tags.`{STAGE_TAG}` = 'register'")) == 1
+
+
+def test_traces_are_written_synchronously_unless_the_user_chose_async(tmp_path, monkeypatch):
+    """Each flush of MLflow's async trace queue idles about a second; a batch stage writes each trace as it logs it."""
+    from components.env import apply_defaults
+
+    monkeypatch.delenv("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", raising=False)
+    apply_defaults(tmp_path)
+    assert os.environ["MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"] == "false"
+    monkeypatch.setenv("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "true")
+    apply_defaults(tmp_path)
+    assert os.environ["MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"] == "true"
