@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import time
 import pytest
 
 from tests.project import BIN, env_for, make_project, run
+from tests.served import free_port, start, stop, wait_up
 from tests.test_e2e_dvc import TINY_TRAINING
 
 # The whole pipeline in seconds: a few priming and RL steps, one small eval set, no baselines.
@@ -63,48 +63,18 @@ def touch(project, rel: str) -> None:
         f.write(f"# changed by a test at {time.time()}\n")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_http(url: str, timeout: float) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(1)
-    raise TimeoutError(url)
-
-
-def _stop(proc) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
 @pytest.fixture(scope="module")
 def prefect_api(tmp_path_factory):
     """One local Prefect server (its own PREFECT_HOME) for the module's flow runs; yields its API URL."""
     home = tmp_path_factory.mktemp("prefect")
-    port = _free_port()
-    server = subprocess.Popen(
-        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=home, env={**env_for(home), "PREFECT_HOME": str(home)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    port, log = free_port(), home / "server.log"
+    server = start([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                   home, {**env_for(home), "PREFECT_HOME": str(home)}, log)  # fmt: skip
     try:
-        _wait_http(f"http://127.0.0.1:{port}/api/health", 120)
+        wait_up(f"http://127.0.0.1:{port}/api/health", server, log, timeout=120)
         yield f"http://127.0.0.1:{port}/api"
     finally:
-        _stop(server)
+        stop(server)
 
 
 @pytest.mark.slow
@@ -236,8 +206,7 @@ def test_scheduled_retraining_on_a_new_data_version(tmp_path, prefect_api):
     env = env_for(project)
     env["PREFECT_API_URL"] = prefect_api
     env["PREFECT_RUNNER_POLL_FREQUENCY"] = "1"  # serve() picks up a triggered run within a second, not ten
-    served = subprocess.Popen([sys.executable, "-m", "flows.deploy"], cwd=project, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    served = start([sys.executable, "-m", "flows.deploy"], project, env, tmp_path / "serve.log")
     try:
         client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
 
@@ -279,4 +248,4 @@ def test_scheduled_retraining_on_a_new_data_version(tmp_path, prefect_api):
         assert _serving(project) == after
         assert len(client.search_model_versions("name='agentr1-search-agent'")) == 2
     finally:
-        _stop(served)
+        stop(served)
