@@ -67,7 +67,9 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads "
           f"{torch.get_num_threads()}")  # fmt: skip
     print(f"evaluation: {len(qs)} episodes in {eval_s:.2f} s ({eval_s / len(qs) * 100:.2f} s per 100)")
-    mode = "async" if os.environ["MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"].lower() == "true" else "sync"
+    from mlflow.environment_variables import MLFLOW_ENABLE_ASYNC_TRACE_LOGGING
+
+    mode = "async" if MLFLOW_ENABLE_ASYNC_TRACE_LOGGING.get() else "sync"
     print(f"traces ({mode}, {args.batches} batches): {len(episodes)} traces, {spans} spans, 3 assessments each, "
           f"in {trace_s:.2f} s "
           f"({trace_s / len(episodes) * 100:.2f} s per 100; {trace_s / eval_s:.2f}x the evaluation)")
