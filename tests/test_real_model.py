@@ -1,10 +1,13 @@
 """Smoke test of the real model (SmolLM2-135M-Instruct from the pinned package): its chat template drives
 multi-turn rollouts over real HotpotQA paragraphs, the action mask is 1 exactly on generated tokens, one GRPO
-update moves the policy towards a rewarded episode, and 4 questions are evaluated."""
+update moves the policy towards a rewarded episode, and 4 questions are evaluated. The module converts the pinned
+GGUF once, on a pseudo-terminal, so the conversion's progress bar is checked on the same run."""
 
 from __future__ import annotations
 
 import copy
+import json
+import sys
 
 import pytest
 import torch
@@ -21,43 +24,65 @@ from components.rl.train import Trainer
 from components.rollout.engine import rollout
 from components.rollout.evaluate import evaluate_agent, summarize
 from tests.conftest import ROOT as repo_root
+from tests.terminal import in_pty, terminal_env
 
 pytestmark = pytest.mark.slow
 
 
+MATERIALISE = """
+import json, sys
+from pathlib import Path
+from components.env import apply_defaults
+apply_defaults()
+from components.config import load_config
+from components.model.source import materialise
+materialise(load_config(sys.argv[1], json.loads(sys.argv[2])).model, Path(sys.argv[3]))
+"""
+
+
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
-    """The real profile in a temp project: 6 HotpotQA questions, their paragraphs indexed, the converted model."""
+    """The real profile in a temp project: 6 HotpotQA questions, their paragraphs indexed, the model converted
+    (into an empty cache, so it really converts) by a process on a pseudo-terminal; yields what that terminal showed."""
     root = tmp_path_factory.mktemp("real")
-    cfg = load_config(repo_root / "params.yaml", {
-        "profile": "real", "project.artifacts_dir": str(root / "artifacts"),
-        "model.cache_dir": str(repo_root / ".cache" / "models"),  # converted once, keyed by the GGUF's hash
+    overrides = {
+        "profile": "real", "project.artifacts_dir": str(root / "artifacts"), "model.cache_dir": str(root / "cache"),
         "agent.max_turns": 2, "agent.max_tokens_per_turn": 16, "train.questions_per_step": 2, "train.group_size": 2,
-    })  # fmt: skip
+    }  # fmt: skip
+    cfg = load_config(repo_root / "params.yaml", overrides)
     spec = next(s for s in cfg.data.datasets if s.name == "hotpotqa")
     table = PassageTable()
     questions = LOADERS[spec.format](spec.model_copy(update={"limit": 6}), repo_root / "data" / spec.path, table)
     backend = make_backend(cfg)
     backend.build(questions[0].corpus, table.passages)  # the 6 questions' 60 paragraphs
     base = root / "artifacts" / "models" / "base"
-    info = materialise(cfg.model, base)
+    cmd = [sys.executable, "-c", MATERIALISE, str(repo_root / "params.yaml"), json.dumps(overrides), str(base)]
+    shown = in_pty(cmd, root, terminal_env(root))
+    info = materialise(cfg.model, base)  # from the cache the process filled
     policy, tok = load_model(base, cfg, torch.device("cpu"))
     torch.manual_seed(0)
-    yield cfg, questions, backend, policy, tok, info
+    yield cfg, questions, backend, policy, tok, info, shown
     backend.close()
 
 
 def test_base_model_is_the_pinned_dequantised_gguf(real):
-    cfg, *_, tok, info = real
+    cfg, *_, tok, info, _ = real
     assert info["sha256"] == cfg.model.sha256 and info["dequantised"] is True and info["params"] == 134_515_008
     assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>" and tok.pad_token_id != tok.eos_token_id
     assert (cfg.artifacts / "models" / "base" / SOURCE_FILE).is_file()
 
 
+def test_the_gguf_conversion_shows_its_bar_on_a_terminal(real):
+    """transformers' own bar, with a rate, while base_model (real profile) de-quantizes the pinned GGUF."""
+    cfg, *_, shown = real
+    assert "de-quantizing GGUF tensors" in shown and "it/s" in shown and "100%" in shown, shown[-2000:]
+    assert (cfg.artifacts / "models" / "base" / "model.safetensors").is_file()
+
+
 @pytest.fixture(scope="module")
 def episodes(real):
     """A group of 2 sampled episodes for each of 2 questions, from the policy the trainer builds."""
-    cfg, questions, backend, policy, tok, _ = real
+    cfg, questions, backend, policy, tok, *_ = real
     policy = copy.deepcopy(policy)
     trainer = Trainer(cfg, policy, tok, backend, questions[:2], {})
     gen = torch.Generator().manual_seed(0)
@@ -67,7 +92,7 @@ def episodes(real):
 
 
 def test_rollout_mask_is_one_exactly_on_generated_tokens(real, episodes):
-    cfg, *_, tok, _ = real
+    cfg, *_, tok, _, _ = real
     trainer, trajs = episodes
     assert len(trajs) == 4
     for t in trajs:
@@ -105,7 +130,7 @@ def test_one_grpo_update_moves_the_policy_towards_the_rewarded_episode(episodes)
 
 
 def test_evaluate_four_questions(real):
-    cfg, questions, backend, policy, tok, _ = real
+    cfg, questions, backend, policy, tok, *_ = real
     res = evaluate_agent(policy, tok, questions[2:6], backend, cfg.agent, top_k=cfg.retrieval.top_k)
     s = summarize(res)
     assert [r.question_id for r in res] == [q.id for q in questions[2:6]]
