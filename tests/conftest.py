@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -33,6 +34,10 @@ def mlflow_uri(tmp_path, monkeypatch) -> str:
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT
+
+
+def pytest_unconfigure(config):
+    gc.freeze()  # each worker exits without the collector walking torch's, transformers' and verl's objects
 
 
 def pytest_report_header(config):
