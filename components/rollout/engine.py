@@ -98,19 +98,21 @@ class _Batch:
         self.keep(rows)
         return logits[rows]
 
-    def feed_masked(self, feed: list[list[int]], real: torch.Tensor, pad_id: int) -> torch.Tensor:
-        """One decode step: rows whose turn already ended feed a masked pad (a hole)."""
-        if bool(real.all()):
-            return self.feed(feed, pad_id)
+    def feed_masked(self, feed: list[list[int]], real: torch.Tensor, pad_id: int, need: torch.Tensor) -> torch.Tensor:
+        """One decode step: rows whose turn already ended feed a masked pad (a hole). The output head runs on the
+        `need` rows only (those that sample next); the others get uniform logits, drawn from and ignored."""
         ids = torch.tensor([f[0] for f in feed], dtype=torch.long, device=self.device)[:, None]
         mask = real.to(self.device).long()[:, None]
-        positions = self.next_pos[:, None]
         self.attn = torch.cat([self.attn, mask], dim=1)
-        out = self.model(input_ids=ids, attention_mask=self.attn, position_ids=positions,
-                         past_key_values=self.cache, use_cache=True)  # fmt: skip
+        out = self.body(input_ids=ids, attention_mask=self.attn, position_ids=self.next_pos[:, None],
+                        past_key_values=self.cache, use_cache=True)  # fmt: skip
         self.calls += 1
         self.next_pos = self.next_pos + mask[:, 0]
-        return out.logits[:, -1].float()
+        hidden = out.last_hidden_state[:, -1]
+        rows = torch.nonzero(need.to(self.device)).squeeze(-1)
+        logits = torch.zeros(len(feed), self.head.out_features, device=self.device)
+        logits[rows] = self.head(hidden[rows]).float()
+        return logits
 
     def keep(self, rows: list[int]) -> None:
         idx = torch.tensor(rows, dtype=torch.long, device=self.device)
@@ -219,26 +221,25 @@ def decode_turn(batch: _Batch, logits: torch.Tensor, chat: ChatFormat, budgets: 
     ended = [started] * n
     for step in range(max_tokens):
         tok, lp, ent = _sample(logits, temperature, generator)
-        tok, lp = tok.cpu(), lp.cpu()
         sampled = live.clone()
         stats.entropy_sum += float(ent.cpu()[sampled].sum())
-        for r in range(n):
-            if live[r]:
-                tokens[r].append(int(tok[r]))
-                logprobs[r].append(float(lp[r]))
-                if int(tok[r]) in chat.stop_ids or len(tokens[r]) >= budgets[r]:
-                    live[r] = False
-                    ended[r] = time.time_ns()
+        toks, lps = tok.tolist(), lp.tolist()
+        for r in torch.nonzero(sampled).squeeze(-1).tolist():
+            tokens[r].append(toks[r])
+            logprobs[r].append(lps[r])
+            if toks[r] in chat.stop_ids or len(tokens[r]) >= budgets[r]:
+                live[r] = False
+                ended[r] = time.time_ns()
         stats.generated_tokens += int(sampled.sum())
         if progress is not None:
             progress(int(sampled.sum()), 0)
         if not live.any() or step == max_tokens - 1:
             break
-        feed = [[int(tok[r])] if sampled[r] else [chat.pad_id] for r in range(n)]
-        logits = batch.feed_masked(feed, sampled, chat.pad_id)
-    now = time.time_ns()
-    ended = [now if live[r] else ended[r] for r in range(n)]  # rows cut at max_tokens end now
-    return Turn(tokens, logprobs, [[g[-1]] if sampled[r] else [] for r, g in enumerate(tokens)], started, ended)
+        feed = [[toks[r]] if s else [chat.pad_id] for r, s in enumerate(sampled.tolist())]
+        logits = batch.feed_masked(feed, sampled, chat.pad_id, live)
+    now, live_rows, fed = time.time_ns(), live.tolist(), sampled.tolist()
+    ended = [now if live_rows[r] else ended[r] for r in range(n)]  # rows cut at max_tokens end now
+    return Turn(tokens, logprobs, [[g[-1]] if fed[r] else [] for r, g in enumerate(tokens)], started, ended)
 
 
 Span = tuple[int, int]
