@@ -181,7 +181,8 @@ def rollback(
 
 
 def main() -> None:
-    """The `agentr1` console script."""
+    """The `agentr1` console script: one command per process."""
+    gc.disable()  # collecting while a stage's libraries import frees nothing; run_stage turns it back on
     try:
         app()
     finally:

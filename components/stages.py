@@ -6,6 +6,7 @@ Prefect flow both call `run_stage`, so the logic exists once.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import time
 from collections.abc import Callable
@@ -44,6 +45,9 @@ def run_stage(name: str, cfg: Config, parent_run_id: str | None = None, track: b
     """Run one stage, as its own MLflow run (nested under `parent_run_id` when given)."""
     stage = STAGES[name]
     fn = stage.function()
+    if not gc.isenabled():  # the console script imports with the collector off (components/cli.py main)
+        gc.freeze()  # what the imports built lives as long as the process: later collections skip it
+        gc.enable()
     if not track:
         return fn(cfg, NullTracker(), **kwargs)
     from components.tracking.runs import stage_run
