@@ -12,6 +12,7 @@ from components.env import apply_defaults
 
 ROOT = Path(__file__).resolve().parents[1]
 apply_defaults(ROOT)
+gc.disable()  # collection imports the whole stack; collecting meanwhile frees nothing (on again below)
 
 _es_fixtures = ROOT / "tests" / "es_fixtures.py"
 pytest_plugins = (["tests.es_fixtures"] if _es_fixtures.exists() else []) + ["tests.browser", "tests.verl_fixtures", "tests.evaluated_project"]
@@ -34,6 +35,12 @@ def mlflow_uri(tmp_path, monkeypatch) -> str:
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):  # after collection, in xdist workers and the controller alike
+    gc.freeze()  # the imported stack lives as long as the process: later collections skip it
+    gc.enable()
 
 
 def pytest_unconfigure(config):
