@@ -304,7 +304,10 @@ class ModelConfig(Section):
             raise ValueError("a GGUF source needs model.sha256 (checked before the file is used)")
         return self
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    autocast: bool = Field(default=False, description="bf16 autocast for forward passes; weights stay in `dtype`")
+    autocast: bool | Literal["auto"] = Field(
+        default=False, description='bf16 autocast for forward passes (weights stay in `dtype`); "auto": only where the '
+        "device computes bf16 natively (a CUDA GPU with bf16; a CPU with AVX512-BF16 or AMX-BF16)"
+    )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     tiny: TinyModelConfig = TinyModelConfig()
 

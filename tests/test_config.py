@@ -89,7 +89,7 @@ BAD_VALUES = [
     ("train.weight_decay", "-0.1"), ("model.tiny.hidden_size", "0"), ("registry.alias", "''"),
     ("retrieval.elasticsearch.url", "'http://elastic:hunter2@127.0.0.1:9200'"),
     ("tracking.tracking_uri", "'postgresql://me:hunter2@db/mlflow'"),
-    ("train.group_size", "1"), ("model.tiny.num_attention_heads", "3"), ("model.tiny.num_key_value_heads", "3"),
+    ("train.group_size", "1"), ("model.autocast", "sometimes"), ("model.tiny.num_attention_heads", "3"), ("model.tiny.num_key_value_heads", "3"),
     ("validation.question_min_chars", "5000"), ("validation.passage_min_chars", "30000"),
     ("evaluate.sets", "[{dataset: ''}]"), ("train.verl.n_gpus_per_node", "true"),
     ("train.verl.gpu_memory_utilization", ".nan"), ("train.verl.ray_address", "'ray://me:hunter2@head:10001'"),
