@@ -1,6 +1,6 @@
 """Batched multi-turn rollout with HF transformers.
 
-All episodes share one KV cache; a prompt is prefilled once and copied to the episodes that share it (a group).
+All episodes share one KV cache (rollout/kv_cache.py); a prompt is prefilled once and copied to the episodes that share it (a group).
 Each turn the active episodes decode together token by token; then the environment runs every tool call of the
 batch at once, finished episodes leave the cache (the active set shrinks), and the inserted observation turns are
 prefilled into the cache for the rest. Rows of different lengths are handled with holes in the attention mask and
@@ -14,12 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
 
 from components.agent.env import StepResult, ToolEnv
 from components.config import AgentConfig
 from components.data.schema import Question
 from components.rollout.chat import ChatFormat
+from components.rollout.kv_cache import growing_cache
 from components.rollout.trajectory import Trajectory
 
 PREFILL_CHUNK = 512  # columns of a prefill per forward: bounds attention scores (rows x chunk x cache width)
@@ -48,7 +48,7 @@ class _Batch:
     def __init__(self, model, device, prefill_chunk: int = PREFILL_CHUNK):
         self.model, self.device, self.prefill_chunk = model, device, prefill_chunk
         self.body, self.head = model.get_decoder(), model.get_output_embeddings()
-        self.cache = DynamicCache()
+        self.cache = growing_cache()
         self.attn = torch.zeros(0, 0, dtype=torch.long, device=device)
         self.next_pos = torch.zeros(0, dtype=torch.long, device=device)
         self.calls = 0
