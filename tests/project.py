@@ -1,11 +1,14 @@
-"""A fresh, small copy of the project in a temp dir, for end-to-end tests (git-tracked files + the raw data)."""
+"""A fresh, small copy of the project in a temp dir, for end-to-end tests (git-tracked files + the raw data), and
+what those tests share: the small configs, the stage graph, and DVC's log lines."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -27,6 +30,63 @@ SMALL = {
     "data.synthetic.n_test": 20,
     "tracking.traces": 1,  # the trace path runs; test_eval_report checks the traces themselves
 }
+
+
+# Small pipeline projects for the end-to-end tests (DVC, Prefect).
+ALL_STAGES = ["prepare", "validate", "index", "retrieval_eval", "base_model", "train", "evaluate", "register"]
+DATA_STAGES = ALL_STAGES[:4]
+# A few priming and RL steps, three small eval sets, every baseline.
+TINY_TRAINING = {
+    "model.tiny.prime_first_turn_steps": 10,
+    "model.tiny.prime_steps": 10,
+    "train.steps": 2,
+    "train.eval_every": 0,
+    "train.questions_per_step": 4,
+    "train.group_size": 2,
+    "evaluate.sets": [
+        {"dataset": "synthetic", "split": "dev", "limit": 10},
+        {"dataset": "synthetic_cf", "split": "dev", "limit": 10},
+        {"dataset": "hotpotqa", "split": "dev", "limit": 5},
+    ],
+}
+
+# The whole pipeline in seconds: a few priming and RL steps, one small eval set, no baselines.
+TINIEST = {
+    **TINY_TRAINING,
+    "model.tiny.prime_first_turn_steps": 2,
+    "model.tiny.prime_steps": 2,
+    "model.tiny.prime_batch_size": 4,
+    "model.tiny.prime_probes": 4,
+    "train.questions_per_step": 2,
+    "evaluate.sets": [{"dataset": "synthetic", "split": "dev", "limit": 4}],
+    "evaluate.baselines": [],
+}
+
+FOLLOWERS = {  # every stage downstream of each, by dvc.yaml's data deps
+    "prepare": {"validate", "index", "retrieval_eval", "base_model", "train", "evaluate", "register"},
+    "validate": {"index", "retrieval_eval", "base_model", "train", "evaluate", "register"},
+    "index": {"retrieval_eval", "base_model", "train", "evaluate", "register"},
+    "retrieval_eval": set(),
+    "base_model": {"train", "evaluate", "register"},
+    "train": {"evaluate", "register"},
+    "evaluate": {"register"},
+    "register": set(),
+}
+
+
+def ran(output: str) -> list[str]:
+    return re.findall(r"Running stage '([\w.]+)'", output)
+
+
+def restored(output: str) -> list[str]:
+    """Stages DVC took from its run-cache: same deps and params as an earlier run."""
+    return re.findall(r"Stage '([\w.]+)' is cached - skipping run", output)
+
+
+def touch(project, rel: str) -> None:
+    """A real change to a module's content (a comment line): DVC sees a new hash."""
+    with (project / rel).open("a") as f:
+        f.write(f"# changed by a test at {time.time()}\n")
 
 
 def make_project(dest: Path, overrides: dict | None = None, git: bool = True) -> Path:

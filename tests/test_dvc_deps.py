@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from components.stages import STAGES
-from tests.project import ROOT, make_project, run
+from tests.project import FOLLOWERS, ROOT, TINIEST, make_project, ran, run, touch
 
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -112,9 +112,6 @@ def test_params_are_keys_and_the_real_profile_overlay_is_tracked_per_key():
 
 @pytest.mark.slow
 def test_dvc_repro_reruns_the_changed_stage_and_only_what_follows(tmp_path):
-    from tests.test_e2e_dvc import ran
-    from tests.test_flows import FOLLOWERS, TINIEST, touch
-
     project = make_project(tmp_path / "p", TINIEST)
     assert sorted(ran(run(["dvc", "repro"], project).stdout)) == sorted(FOLLOWERS)
     # train once missed training.py; evaluate and register share report.py; register alone imports register.py.

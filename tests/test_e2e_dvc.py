@@ -3,24 +3,11 @@
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
 from components.config import load_config
-from tests.project import make_project, run
-
-DATA_STAGES = ["prepare", "validate", "index", "retrieval_eval"]
-
-
-def ran(output: str) -> list[str]:
-    return re.findall(r"Running stage '([\w.]+)'", output)
-
-
-def restored(output: str) -> list[str]:
-    """Stages DVC took from its run-cache: same deps and params as an earlier run."""
-    return re.findall(r"Stage '([\w.]+)' is cached - skipping run", output)
-
+from tests.project import ALL_STAGES, DATA_STAGES, TINY_TRAINING, make_project, ran, restored, run
 
 def _mlflow_stage_runs(project):
     import mlflow
@@ -90,22 +77,6 @@ def test_corrupted_dataset_stops_at_validate(tmp_path):
     assert list((project / "artifacts" / "validation").rglob("*.html")), "the data-docs report is still written"
     (parent,) = [r for r in _all_runs(project) if r.data.tags["agentr1.stage"] == "pipeline"]
     assert parent.info.status == "FAILED"  # the failed stage fails its pipeline's parent run
-
-
-TINY_TRAINING = {
-    "model.tiny.prime_first_turn_steps": 10,
-    "model.tiny.prime_steps": 10,
-    "train.steps": 2,
-    "train.eval_every": 0,
-    "train.questions_per_step": 4,
-    "train.group_size": 2,
-    "evaluate.sets": [
-        {"dataset": "synthetic", "split": "dev", "limit": 10},
-        {"dataset": "synthetic_cf", "split": "dev", "limit": 10},
-        {"dataset": "hotpotqa", "split": "dev", "limit": 5},
-    ],
-}
-ALL_STAGES = ["prepare", "validate", "index", "retrieval_eval", "base_model", "train", "evaluate", "register"]
 
 
 @pytest.mark.slow

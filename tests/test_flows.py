@@ -12,33 +12,8 @@ import time
 
 import pytest
 
-from tests.project import BIN, env_for, make_project, run
+from tests.project import BIN, DATA_STAGES, FOLLOWERS, TINIEST, env_for, make_project, run, touch
 from tests.served import free_port, start, stop, wait_up
-from tests.test_e2e_dvc import TINY_TRAINING
-
-# The whole pipeline in seconds: a few priming and RL steps, one small eval set, no baselines.
-TINIEST = {
-    **TINY_TRAINING,
-    "model.tiny.prime_first_turn_steps": 2,
-    "model.tiny.prime_steps": 2,
-    "model.tiny.prime_batch_size": 4,
-    "model.tiny.prime_probes": 4,
-    "train.questions_per_step": 2,
-    "evaluate.sets": [{"dataset": "synthetic", "split": "dev", "limit": 4}],
-    "evaluate.baselines": [],
-}
-DATA_STAGES = ["prepare", "validate", "index", "retrieval_eval"]
-FOLLOWERS = {  # every stage downstream of each, by dvc.yaml's data deps
-    "prepare": {"validate", "index", "retrieval_eval", "base_model", "train", "evaluate", "register"},
-    "validate": {"index", "retrieval_eval", "base_model", "train", "evaluate", "register"},
-    "index": {"retrieval_eval", "base_model", "train", "evaluate", "register"},
-    "retrieval_eval": set(),
-    "base_model": {"train", "evaluate", "register"},
-    "train": {"evaluate", "register"},
-    "evaluate": {"register"},
-    "register": set(),
-}
-
 
 def _mlflow_runs(project):
     import mlflow
@@ -55,12 +30,6 @@ def rerun(output: str) -> list[str]:
     found = re.findall(r"stages re-run: ([\w, ]+)", output)
     assert found, output[-3000:]
     return found[-1].split(", ")
-
-
-def touch(project, rel: str) -> None:
-    """A real change to a module's content (a comment line): DVC sees a new hash."""
-    with (project / rel).open("a") as f:
-        f.write(f"# changed by a test at {time.time()}\n")
 
 
 @pytest.fixture(scope="module")
