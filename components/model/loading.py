@@ -34,7 +34,7 @@ def load_model(path: str | Path, cfg: Config, device: torch.device | None = None
 
 
 def native_bf16(device: torch.device) -> bool:
-    """Whether `device` computes bf16 in hardware (elsewhere a bf16 CPU matmul is emulated: ~60x slower than fp32)."""
+    """Whether `device` computes bf16 in hardware; elsewhere bf16 matmuls are emulated, far slower than fp32."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     caps = torch.cpu.get_capabilities()

@@ -1,6 +1,7 @@
 """Batched multi-turn rollout with HF transformers.
 
-All episodes share one KV cache (rollout/kv_cache.py); a prompt is prefilled once and copied to the episodes that share it (a group).
+All episodes share one KV cache (rollout/kv_cache.py); a prompt is prefilled once and copied to the episodes that
+share it (a group).
 Each turn the active episodes decode together token by token; then the environment runs every tool call of the
 batch at once, finished episodes leave the cache (the active set shrinks), and the inserted observation turns are
 prefilled into the cache for the rest. Rows of different lengths are handled with holes in the attention mask and

@@ -13,6 +13,8 @@ MIN_CAPACITY = 64  # columns
 
 
 class GrowingLayer(DynamicLayer):
+    """What the rollout needs of a cache layer: append columns, keep rows. Anything else is refused."""
+
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
         self.key_buf = self.value_buf = None
@@ -44,6 +46,12 @@ class GrowingLayer(DynamicLayer):
         if self.length:
             self.key_buf, self.value_buf = self.key_buf[indices], self.value_buf[indices]
             self._view()
+
+    def crop(self, max_length: int) -> None:
+        raise NotImplementedError("GrowingLayer only appends columns and keeps rows")
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        raise NotImplementedError("GrowingLayer only appends columns and keeps rows")
 
 
 def growing_cache() -> Cache:
