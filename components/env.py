@@ -19,14 +19,18 @@ TELEMETRY_OFF = {
     "DVC_NO_ANALYTICS": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
+# MKL's conditional numerical reproducibility: without it a matmul's last bits depend on its operands' memory
+# alignment, so two runs of one seed can sample different tokens (README, "Reproducibility"). MKL reads it once.
+REPRODUCIBLE = {"MKL_CBWR": "AUTO,STRICT"}
 # A batch job writes each trace when it is logged: each flush of MLflow's async queue idles about 1 s.
 SYNC_TRACES = {"MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "false"}
 
 
 def apply_defaults(root: str | Path | None = None) -> None:
-    """Set telemetry-off and state-location variables unless the user already set them."""
+    """Set telemetry-off, reproducibility and state-location variables unless the user already set them (before torch
+    computes anything)."""
     root = Path(root or os.getcwd()).resolve()
-    for key, value in {**TELEMETRY_OFF, **SYNC_TRACES}.items():
+    for key, value in {**TELEMETRY_OFF, **REPRODUCIBLE, **SYNC_TRACES}.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("PREFECT_HOME", str(root / ".prefect"))
     os.environ.setdefault("DVC_SITE_CACHE_DIR", str(root / ".cache" / "dvc-site"))
