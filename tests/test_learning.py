@@ -1,10 +1,11 @@
 """RL demonstrably learns: on a synthetic 2-hop world and a seed never used in development, the GRPO-trained
-agent's held-out dev EM reaches >= 0.9 and >= 0.5 above the primed base, within 10 minutes on 2 cores.
+agent's held-out dev EM reaches >= 0.9 and >= 0.5 above the primed base within STEP_CAP RL steps. How long that
+takes is a benchmark (benchmarks/bench_learning.py), not an assertion: the suite shares the cores.
 
 The primed base comes from tests/fixtures/primed/<digest>/ (committed) or .cache/primed/<digest>/ (local) when that
 cache was built by the same code: the digest covers the code of every module the base_model stage runs (its syntax
 tree without docstrings: comments and notes do not count), the library versions and the config values. On a miss
-the test primes (and that time counts) into .cache/primed/ and warns what to copy into tests/fixtures/primed/.
+the test primes into .cache/primed/ and warns what to copy into tests/fixtures/primed/.
 """
 
 import ast
@@ -30,7 +31,8 @@ from components.config import parse_config
 from components.io import atomic_path
 from components.tracking.tracker import NullTracker
 
-BUDGET_S = 600
+STEP_CAP = 200
+TIMEOUT_S = 1800  # a hang guard, not a speed claim
 SEED = 20251  # project seed (model init, sampling); the world uses SEED + 7. Development used 1-3 and 101-103.
 ROOT = Path(__file__).resolve().parents[1]
 PRIMED = ROOT / "tests" / "fixtures" / "primed"  # committed
@@ -100,32 +102,41 @@ def test_digest_ignores_notes_but_not_code():
     assert code_of(plain) != code_of(plain.replace("+ 1", "+ 2"))
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(2 * BUDGET_S)
-def test_rl_lifts_held_out_em(tmp_path):
-    start = time.perf_counter()
-    cfg = parse_config(
+def learning_config(artifacts_dir: Path):
+    return parse_config(
         {
-            "project": {"seed": SEED, "artifacts_dir": str(tmp_path)},
+            "project": {"seed": SEED, "artifacts_dir": str(artifacts_dir)},
             "data": {"datasets": [], "synthetic": {"seed": SEED + 7}},
             "agent": {"system_prompt": False, "max_turns": 3},
             "retrieval": {"top_k": 1},
             "model": {"tiny": {"num_threads": 2, "prime_max_turns": 4}},
-            "train": {"num_threads": 1, "lr": 1e-3, "questions_per_step": 32, "steps": 200, "eval_every": 10,
+            "train": {"num_threads": 1, "lr": 1e-3, "questions_per_step": 32, "steps": STEP_CAP, "eval_every": 10,
                       "eval_questions": 200, "checkpoint_every": 50, "target_em": 0.9, "stop_at_target": True},
         }
     )  # fmt: skip
+
+
+def learn(artifacts_dir: Path) -> dict:
+    """Prepare, index, the primed base, then GRPO until the target or STEP_CAP; the curve and the wall times."""
+    start = time.perf_counter()
+    cfg = learning_config(artifacts_dir)
     prepare.run(cfg, NullTracker())
     index.run(cfg, NullTracker())
-    print(f"base model: {primed_base(cfg)}; {time.perf_counter() - start:.0f}s")
+    base = primed_base(cfg)
+    ready = time.perf_counter()
     curve = Curve()
     result = train.run(cfg, curve)
-    elapsed = time.perf_counter() - start
-
-    base_em = curve.rows[0]["dev/synthetic/em"]
-    final_em = result["dev/synthetic/em"]
     ems = [(s, round(r["dev/synthetic/em"], 3)) for s, r in sorted(curve.rows.items()) if "dev/synthetic/em" in r]
-    print(f"dev EM curve {ems}; counterfactual EM {result.get('dev/synthetic_cf/em')}; {elapsed:.0f}s")
-    assert final_em >= 0.9, ems
-    assert final_em - base_em >= 0.5, (base_em, final_em)
-    assert elapsed <= BUDGET_S, f"took {elapsed:.0f}s"
+    return {"base": base, "ems": ems, "base_em": curve.rows[0]["dev/synthetic/em"],
+            "final_em": result["dev/synthetic/em"], "cf_em": result.get("dev/synthetic_cf/em"),
+            "steps": max(s for s in curve.rows), "setup_s": ready - start, "train_s": time.perf_counter() - ready}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(TIMEOUT_S)
+def test_rl_lifts_held_out_em(tmp_path):
+    run = learn(tmp_path)
+    print(f"base model: {run['base']}; dev EM curve {run['ems']}; counterfactual EM {run['cf_em']}; "
+          f"{run['steps']} steps, {run['setup_s'] + run['train_s']:.0f}s")
+    assert run["final_em"] >= 0.9, run["ems"]  # stop_at_target: reached within STEP_CAP steps
+    assert run["final_em"] - run["base_em"] >= 0.5, (run["base_em"], run["final_em"])

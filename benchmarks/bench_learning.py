@@ -1,0 +1,37 @@
+"""How long the learning test's run takes: the same config and primed base as tests/test_learning.py, alone.
+
+The test asserts that RL learns within its step cap; the wall time depends on the machine and on what else runs,
+so it is measured here, with nothing else running:
+
+    python benchmarks/bench_learning.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from components.env import apply_defaults  # noqa: E402
+
+apply_defaults(ROOT)  # before torch computes anything (MKL_CBWR), as the test's conftest does
+
+from tests.test_learning import learn  # noqa: E402
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        run = learn(Path(tmp))
+    run["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    run["total_s"] = round(run["setup_s"] + run["train_s"], 1)
+    print(json.dumps(run))
+
+
+if __name__ == "__main__":
+    main()
