@@ -60,6 +60,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
 
 def _run(name: str, params: Path, sets: list[str] | None, **kwargs) -> None:
     apply_defaults()
+    gc.disable()  # collecting while a stage's libraries import frees nothing; run_stage turns it back on
     from components.config import load_config
     from components.stages import run_stage
     from components.tracking.runs import cli_parent
@@ -72,6 +73,8 @@ def _run(name: str, params: Path, sets: list[str] | None, **kwargs) -> None:
     except _known_errors() as e:
         err.print(f"[bold red]agentr1 {name} failed:[/] {e}", markup=True, highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
+    finally:
+        gc.enable()  # also when the stage failed before run_stage: no other command runs with the collector off
     summary = ", ".join(f"{k}={v:.4g}" for k, v in list(metrics.items())[:8])
     err.print(f"[green]{name} done[/] {summary}", highlight=False)
 
@@ -182,7 +185,6 @@ def rollback(
 
 def main() -> None:
     """The `agentr1` console script: one command per process."""
-    gc.disable()  # collecting while a stage's libraries import frees nothing; run_stage turns it back on
     try:
         app()
     finally:

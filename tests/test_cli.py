@@ -32,3 +32,20 @@ def test_bad_params_fail_before_work(tmp_path, repo_root):
 def test_bad_set_override(repo_root):
     out = agentr1("validate-params", "-S", "retrieval.top_k=0", cwd=repo_root)
     assert out.returncode == 1 and "retrieval.top_k" in out.stderr
+
+
+def test_a_stage_that_fails_before_running_leaves_the_collector_on(tmp_path, monkeypatch):
+    import gc
+
+    import pytest
+
+    from components.cli import main
+
+    (tmp_path / "params.yaml").write_text("train:\n  algorithm: sarsa\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["agentr1", "prepare"])
+    assert gc.isenabled()
+    with pytest.raises(SystemExit) as exit_:
+        main()  # the console script, in this process
+    assert exit_.value.code == 1
+    assert gc.isenabled()  # the stage path turns the collector off for its imports only
