@@ -15,7 +15,8 @@ apply_defaults(ROOT)
 gc.disable()  # collection imports the whole stack; collecting meanwhile frees nothing (on again below)
 
 _es_fixtures = ROOT / "tests" / "es_fixtures.py"
-pytest_plugins = (["tests.es_fixtures"] if _es_fixtures.exists() else []) + ["tests.browser", "tests.verl_fixtures", "tests.evaluated_project"]
+pytest_plugins = (["tests.es_fixtures"] if _es_fixtures.exists() else []) + [
+    "tests.browser", "tests.verl_fixtures", "tests.evaluated_project", "tests.built_project"]
 
 
 @pytest.fixture
@@ -57,8 +58,10 @@ def pytest_report_header(config):
 # - otherwise the tests of one module (module fixtures are built once).
 # (xdist's own --dist loadgroup marks do not work with pytest 9: it renames nodes through an attribute pytest 9
 # no longer reads. So the controller groups node ids itself, and each worker checks the grouping at collection.)
-SHARED_FILES = {"tests/test_eval_report.py": "evaluated", "tests/test_progress.py": "evaluated"}
+SHARED_FILES = {"tests/test_eval_report.py": "evaluated", "tests/test_progress.py": "evaluated",
+                "tests/test_dvc_deps.py": "built", "tests/test_flows.py": "built"}
 ES_FIXTURES = {"es_url", "es_local", "es_backend"}
+SHARED_FIXTURES = ("evaluated", "built")  # session fixtures, each named after its group
 LONGEST_FIRST = ["tests/test_learning.py", "tests/test_flows.py", "tests/test_e2e_dvc.py", "tests/test_dvc_deps.py",
                  "tests/test_rl_train.py"]  # fmt: skip
 
@@ -73,7 +76,8 @@ def xdist_group(nodeid: str) -> str:
 def pytest_collection_modifyitems(config, items):
     for item in items:
         uses = set(getattr(item, "fixturenames", ()))
-        want = "elasticsearch" if uses & ES_FIXTURES else "evaluated" if "evaluated" in uses else None
+        shared = [name for name in SHARED_FIXTURES if name in uses]
+        want = "elasticsearch" if uses & ES_FIXTURES else shared[0] if shared else None
         if want and xdist_group(item.nodeid) != want:
             raise pytest.UsageError(f"{item.nodeid} uses the {want} fixtures: add it to tests/conftest.py's groups")
     first = {path: i for i, path in enumerate(LONGEST_FIRST)}  # the longest groups start first: no long tail

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -127,3 +128,29 @@ def run(cmd: list[str], project: Path, timeout: int = 900, check: bool = True, e
     if check and out.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {out.returncode}\nstdout:\n{out.stdout[-4000:]}\nstderr:\n{out.stderr[-4000:]}")
     return out
+
+
+# A built project names its own files by absolute path in MLflow's store and in each registered model.
+RELOCATED = ("mlflow.db", "mlartifacts")
+NOT_COPIED = (".prefect", "dvc-site")  # tool state keyed by the old path; each copy starts its own
+
+
+def copy_built(src: Path, dest: Path) -> Path:
+    """A working copy of a built project at `dest`: every absolute path that named `src` now names `dest`."""
+    shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns(*NOT_COPIED))
+    old, new = f"{src}/", f"{dest}/"
+    with sqlite3.connect(dest / "mlflow.db") as db:
+        tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            for column in [c[1] for c in db.execute(f'PRAGMA table_info("{table}")') if c[2].upper() in ("TEXT", "") or "CHAR" in c[2].upper()]:
+                db.execute(f'UPDATE "{table}" SET "{column}" = replace("{column}", ?, ?) WHERE instr("{column}", ?) > 0',
+                           (old, new, old))  # fmt: skip
+    with sqlite3.connect(dest / "mlflow.db", isolation_level=None) as db:
+        db.execute("VACUUM")  # the old rows' bytes leave the file's free pages too
+    for path in (dest / "mlartifacts").rglob("*"):
+        if path.suffix in ("", ".yaml", ".json", ".txt") and path.is_file() and old.encode() in path.read_bytes():
+            path.write_text(path.read_text().replace(old, new))
+    left = subprocess.run(["grep", "-rlF", "--exclude-dir=.git", "--exclude-dir=.dvc", old, *RELOCATED], cwd=dest,
+                          capture_output=True, text=True).stdout.split()  # fmt: skip
+    assert not left, f"{left} still name {src}"
+    return dest

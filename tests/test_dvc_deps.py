@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from components.stages import STAGES
-from tests.project import FOLLOWERS, ROOT, TINIEST, make_project, ran, run, touch
+from tests.project import FOLLOWERS, ROOT, ran, run, touch
 
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -111,9 +111,9 @@ def test_params_are_keys_and_the_real_profile_overlay_is_tracked_per_key():
 
 
 @pytest.mark.slow
-def test_dvc_repro_reruns_the_changed_stage_and_only_what_follows(tmp_path):
-    project = make_project(tmp_path / "p", TINIEST)
-    assert sorted(ran(run(["dvc", "repro"], project).stdout)) == sorted(FOLLOWERS)
+def test_dvc_repro_reruns_the_changed_stage_and_only_what_follows(built, tmp_path):
+    project = built.copy(tmp_path / "p")  # built by the Prefect flow: DVC finds nothing to re-run
+    assert ran(run(["dvc", "repro"], project).stdout) == []
     # train once missed training.py; evaluate and register share report.py; register alone imports register.py.
     for module, stage in [("components/training.py", "train"), ("components/evaluation/report.py", "evaluate"),
                           ("components/registry/register.py", "register")]:  # fmt: skip

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.project import BIN, DATA_STAGES, FOLLOWERS, TINIEST, env_for, make_project, run, touch
+from tests.project import BIN, DATA_STAGES, FOLLOWERS, env_for, run, touch
 from tests.served import free_port, start, stop, wait_up
 
 def _mlflow_runs(project):
@@ -47,17 +47,17 @@ def prefect_api(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_flow_reproduces_through_dvc_only_what_changed(tmp_path, prefect_api):
-    project = make_project(tmp_path / "p")
+def test_flow_reproduces_through_dvc_only_what_changed(built, tmp_path, prefect_api):
+    # The session's project was built by `python -m flows.pipeline` in Prefect's ephemeral mode, as a user runs it.
+    assert "Finished in state Completed" in built.flow_output
+    assert rerun(built.flow_output) == list(FOLLOWERS)
+    project = built.copy(tmp_path / "p")
     flow = [sys.executable, "-m", "flows.pipeline", "--stages", ",".join(DATA_STAGES)]
-    out = run(flow, project)  # Prefect's ephemeral mode, as `python -m flows.pipeline` runs for a user
-    assert "Finished in state Completed" in out.stdout + out.stderr
-    assert rerun(out.stdout + out.stderr) == DATA_STAGES
     runs = _mlflow_runs(project)
     parent = [r for r in runs if r.data.tags.get("agentr1.stage") == "pipeline"]
     assert len(parent) == 1
     children = {r.data.tags["agentr1.stage"]: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id}
-    assert set(children) == set(DATA_STAGES)  # dvc -> agentr1 CLI nested each stage under the flow's run
+    assert set(children) == set(FOLLOWERS)  # dvc -> agentr1 CLI nested each stage under the flow's run
     assert children["retrieval_eval"].data.metrics["recall_5/hotpotqa"] > 0.3
     assert children["prepare"].data.params["data.synthetic.n_train"] == "100"
 
@@ -166,12 +166,14 @@ def _serving(project) -> dict:
 
 
 @pytest.mark.slow
-def test_scheduled_retraining_on_a_new_data_version(tmp_path, prefect_api):
+def test_scheduled_retraining_on_a_new_data_version(built, tmp_path, prefect_api):
     import mlflow
 
     from components.registry.register import EVIDENCE
 
-    project = make_project(tmp_path / "p", TINIEST)
+    # The first run of the flow (the session's built project) built everything; its first trained version is champion.
+    assert rerun(built.flow_output) == list(FOLLOWERS)
+    project = built.copy(tmp_path / "p")
     env = env_for(project)
     env["PREFECT_API_URL"] = prefect_api
     env["PREFECT_RUNNER_POLL_FREQUENCY"] = "1"  # serve() picks up a triggered run within a second, not ten
@@ -179,17 +181,14 @@ def test_scheduled_retraining_on_a_new_data_version(tmp_path, prefect_api):
     try:
         client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
 
-        # The first scheduled run builds everything; the first trained version becomes champion.
-        first = _trigger(project, env)
-        assert first["schedules"] == [["0 3 * * *", "UTC"]] and first["parameters"] == {"stages": None}
-        assert first["state"] == "COMPLETED", first["message"]
-        assert rerun(first["logs"]) == list(FOLLOWERS)
         before = _serving(project)
         assert before["champion"] == "1"
 
-        # A new version of the data (one more corpus paragraph): re-index, retrain, evaluate, register.
+        # A new version of the data (one more corpus paragraph): the scheduled deployment re-indexes, retrains,
+        # evaluates and registers.
         _new_data_version(project, _add_corpus_page, "data: one more wiki paragraph")
         second = _trigger(project, env)
+        assert second["schedules"] == [["0 3 * * *", "UTC"]] and second["parameters"] == {"stages": None}
         assert second["state"] == "COMPLETED", second["message"]
         assert {"prepare", "validate", "index", "train", "evaluate", "register"} <= set(rerun(second["logs"]))
         after = _serving(project)
