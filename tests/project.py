@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import yaml
@@ -135,17 +136,20 @@ RELOCATED = ("mlflow.db", "mlartifacts")
 NOT_COPIED = (".prefect", "dvc-site")  # tool state keyed by the old path; each copy starts its own
 
 
+def _text_columns(db: sqlite3.Connection, table: str) -> list[str]:
+    columns = db.execute(f'PRAGMA table_info("{table}")').fetchall()  # (cid, name, type, ...)
+    return [c[1] for c in columns if c[2].upper() == "TEXT" or "CHAR" in c[2].upper()]
+
+
 def copy_built(src: Path, dest: Path) -> Path:
     """A working copy of a built project at `dest`: every absolute path that named `src` now names `dest`."""
     shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns(*NOT_COPIED))
     old, new = f"{src}/", f"{dest}/"
-    with sqlite3.connect(dest / "mlflow.db") as db:
-        tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        for table in tables:
-            for column in [c[1] for c in db.execute(f'PRAGMA table_info("{table}")') if c[2].upper() in ("TEXT", "") or "CHAR" in c[2].upper()]:
-                db.execute(f'UPDATE "{table}" SET "{column}" = replace("{column}", ?, ?) WHERE instr("{column}", ?) > 0',
-                           (old, new, old))  # fmt: skip
-    with sqlite3.connect(dest / "mlflow.db", isolation_level=None) as db:
+    with closing(sqlite3.connect(dest / "mlflow.db", isolation_level=None)) as db:
+        for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+            for col in _text_columns(db, table):
+                sql = f'UPDATE "{table}" SET "{col}" = replace("{col}", ?, ?) WHERE instr("{col}", ?) > 0'
+                db.execute(sql, (old, new, old))
         db.execute("VACUUM")  # the old rows' bytes leave the file's free pages too
     for path in (dest / "mlartifacts").rglob("*"):
         if path.suffix in ("", ".yaml", ".json", ".txt") and path.is_file() and old.encode() in path.read_bytes():

@@ -14,7 +14,8 @@ import torch, torch.nn.functional as F
 torch.set_num_threads(1)
 g = torch.Generator().manual_seed(0)
 differ = 0
-for n, k, m in [(256, 128, 128), (33, 128, 384), (256, 128, 2048), (7, 128, 128), (1, 128, 2048), (256, 128, 512), (256, 512, 128)]:
+SHAPES = [(256, 128, 128), (33, 128, 384), (256, 128, 2048), (7, 128, 128), (1, 128, 2048), (256, 128, 512), (256, 512, 128)]
+for n, k, m in SHAPES:
     x, w, b = torch.randn(n, k, generator=g), torch.randn(m, k, generator=g), torch.randn(m, generator=g)
     ref = F.linear(x, w, b)
     for off in range(1, 16):

@@ -129,7 +129,8 @@ def learn(artifacts_dir: Path) -> dict:
     ems = [(s, round(r["dev/synthetic/em"], 3)) for s, r in sorted(curve.rows.items()) if "dev/synthetic/em" in r]
     return {"base": base, "ems": ems, "base_em": curve.rows[0]["dev/synthetic/em"],
             "final_em": result["dev/synthetic/em"], "cf_em": result.get("dev/synthetic_cf/em"),
-            "steps": max(s for s in curve.rows), "setup_s": ready - start, "train_s": time.perf_counter() - ready}  # fmt: skip
+            "steps": max(s for s in curve.rows), "setup_s": ready - start,
+            "train_s": time.perf_counter() - ready}  # fmt: skip
 
 
 @pytest.mark.slow
