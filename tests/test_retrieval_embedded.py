@@ -279,3 +279,34 @@ def test_a_build_killed_while_pruning_never_leaves_a_half_version_to_reuse(tmp_p
     assert fresh.build("wiki", CAPITALS).version == old and fresh.live_version("wiki") == old
     assert fresh.search("wiki", ["Paris"], 1)[0][0].id == "fr"
     assert [p.name for p in (tmp_path / "wiki").iterdir() if p.name.startswith(".") and p.name != ".lock"] == []
+
+
+BUILD = """
+import sys
+from pathlib import Path
+from components.config import parse_config
+from components.data.schema import Passage
+from components.data.synthetic import generate_world
+from components.retrieval.embedded import EmbeddedBackend
+cfg = parse_config({})
+passages = [Passage(p.id, p.title, p.text, "synthetic") for p in generate_world(cfg.data.synthetic).passages()]
+EmbeddedBackend(Path(sys.argv[1]), cfg.retrieval.embedded).build("synthetic", passages)
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="known bug: bm25s numbers the vocabulary in set order (PYTHONHASHSEED); the fix "
+                   "moves the learning test's primed digest, and the re-primed base did not learn (README)")
+def test_the_same_corpus_gives_the_same_index_bytes_in_every_process(tmp_path, repo_root):
+    import filecmp
+    import os
+    import subprocess
+    import sys
+
+    for seed in ("1", "2"):  # str hashing, and so set order, differs between the two processes
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-c", BUILD, str(tmp_path / seed)], cwd=repo_root, env=env, check=True,
+                       capture_output=True, timeout=120)  # fmt: skip
+    files = sorted(p.relative_to(tmp_path / "1") for p in (tmp_path / "1").rglob("*") if p.is_file())
+    assert files and files == sorted(p.relative_to(tmp_path / "2") for p in (tmp_path / "2").rglob("*") if p.is_file())
+    _, mismatch, errors = filecmp.cmpfiles(tmp_path / "1", tmp_path / "2", [str(f) for f in files], shallow=False)
+    assert not mismatch and not errors, mismatch + errors
