@@ -45,7 +45,7 @@ def run_stage(name: str, cfg: Config, parent_run_id: str | None = None, track: b
     """Run one stage, as its own MLflow run (nested under `parent_run_id` when given)."""
     stage = STAGES[name]
     fn = stage.function()
-    if not gc.isenabled():  # the console script imports with the collector off (components/cli.py main)
+    if not gc.isenabled():  # a stage command imports with the collector off (components/cli.py _run)
         gc.freeze()  # what the imports built lives as long as the process: later collections skip it
         gc.enable()
     if not track:

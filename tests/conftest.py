@@ -61,7 +61,6 @@ def pytest_report_header(config):
 SHARED_FILES = {"tests/test_eval_report.py": "evaluated", "tests/test_progress.py": "evaluated",
                 "tests/test_dvc_deps.py": "built", "tests/test_flows.py": "built"}
 ES_FIXTURES = {"es_url", "es_local", "es_backend"}
-SHARED_FIXTURES = ("evaluated", "built")  # session fixtures, each named after its group
 LONGEST_FIRST = ["tests/test_learning.py", "tests/test_flows.py", "tests/test_e2e_dvc.py", "tests/test_dvc_deps.py",
                  "tests/test_rl_train.py"]  # fmt: skip
 
@@ -76,7 +75,7 @@ def xdist_group(nodeid: str) -> str:
 def pytest_collection_modifyitems(config, items):
     for item in items:
         uses = set(getattr(item, "fixturenames", ()))
-        shared = [name for name in SHARED_FIXTURES if name in uses]
+        shared = sorted(set(SHARED_FILES.values()) & uses)  # a shared session fixture is named after its group
         want = "elasticsearch" if uses & ES_FIXTURES else shared[0] if shared else None
         if want and xdist_group(item.nodeid) != want:
             raise pytest.UsageError(f"{item.nodeid} uses the {want} fixtures: add it to tests/conftest.py's groups")

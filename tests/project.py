@@ -131,8 +131,7 @@ def run(cmd: list[str], project: Path, timeout: int = 900, check: bool = True, e
     return out
 
 
-# A built project names its own files by absolute path in MLflow's store and in each registered model.
-RELOCATED = ("mlflow.db", "mlartifacts")
+# A built project names its own files by absolute path in MLflow's store (mlflow.db) and in each registered model.
 NOT_COPIED = (".prefect", "dvc-site")  # tool state keyed by the old path; each copy starts its own
 
 
@@ -151,10 +150,14 @@ def copy_built(src: Path, dest: Path) -> Path:
                 sql = f'UPDATE "{table}" SET "{col}" = replace("{col}", ?, ?) WHERE instr("{col}", ?) > 0'
                 db.execute(sql, (old, new, old))
         db.execute("VACUUM")  # the old rows' bytes leave the file's free pages too
-    for path in (dest / "mlartifacts").rglob("*"):
-        if path.suffix in ("", ".yaml", ".json", ".txt") and path.is_file() and old.encode() in path.read_bytes():
-            path.write_text(path.read_text().replace(old, new))
-    left = subprocess.run(["grep", "-rlF", "--exclude-dir=.git", "--exclude-dir=.dvc", old, *RELOCATED], cwd=dest,
-                          capture_output=True, text=True).stdout.split()  # fmt: skip
+    for rel in _naming(dest, old):  # the registered models' MLmodel and agent.yaml
+        (dest / rel).write_text((dest / rel).read_text().replace(old, new))
+    left = _naming(dest, old, ("mlartifacts", "mlflow.db"))
     assert not left, f"{left} still name {src}"
     return dest
+
+
+def _naming(project: Path, text: str, paths: tuple[str, ...] = ("mlartifacts",)) -> list[str]:
+    """Files under `paths` (relative to `project`) that contain `text`."""
+    out = subprocess.run(["grep", "-rlF", text, *paths], cwd=project, capture_output=True, text=True)
+    return out.stdout.split()
