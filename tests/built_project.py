@@ -1,4 +1,4 @@
-"""One TINIEST project built by the Prefect flow (ephemeral mode, as a user runs `python -m flows.pipeline`), once per
+"""One TINY_TRAINING project built by the Prefect flow (ephemeral mode, as a user runs `python -m flows.pipeline`), once per
 test session; each test works on its own copy (tests/project.py copy_built)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.project import TINIEST, copy_built, make_project, run
+from tests.project import TINY_TRAINING, copy_built, make_project, run
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,6 @@ class Built:
 
 @pytest.fixture(scope="session")
 def built(tmp_path_factory) -> Built:
-    project = make_project(tmp_path_factory.mktemp("built") / "p", TINIEST)
+    project = make_project(tmp_path_factory.mktemp("built") / "p", TINY_TRAINING)
     out = run([sys.executable, "-m", "flows.pipeline"], project)
     return Built(project, out.stdout + out.stderr)

@@ -37,10 +37,12 @@ SMALL = {
 # Small pipeline projects for the end-to-end tests (DVC, Prefect).
 ALL_STAGES = ["prepare", "validate", "index", "retrieval_eval", "base_model", "train", "evaluate", "register"]
 DATA_STAGES = ALL_STAGES[:4]
-# A few priming and RL steps, three small eval sets, every baseline.
+# The whole pipeline in seconds: a few priming and RL steps, three small eval sets, every baseline.
 TINY_TRAINING = {
-    "model.tiny.prime_first_turn_steps": 10,
-    "model.tiny.prime_steps": 10,
+    "model.tiny.prime_first_turn_steps": 2,
+    "model.tiny.prime_steps": 2,
+    "model.tiny.prime_batch_size": 4,
+    "model.tiny.prime_probes": 4,
     "train.steps": 2,
     "train.eval_every": 0,
     "train.questions_per_step": 4,
@@ -50,18 +52,6 @@ TINY_TRAINING = {
         {"dataset": "synthetic_cf", "split": "dev", "limit": 10},
         {"dataset": "hotpotqa", "split": "dev", "limit": 5},
     ],
-}
-
-# The whole pipeline in seconds: a few priming and RL steps, one small eval set, no baselines.
-TINIEST = {
-    **TINY_TRAINING,
-    "model.tiny.prime_first_turn_steps": 2,
-    "model.tiny.prime_steps": 2,
-    "model.tiny.prime_batch_size": 4,
-    "model.tiny.prime_probes": 4,
-    "train.questions_per_step": 2,
-    "evaluate.sets": [{"dataset": "synthetic", "split": "dev", "limit": 4}],
-    "evaluate.baselines": [],
 }
 
 FOLLOWERS = {  # every stage downstream of each, by dvc.yaml's data deps
