@@ -31,6 +31,8 @@ SMALL = {
     "data.synthetic.n_dev": 20,
     "data.synthetic.n_test": 20,
     "tracking.traces": 1,  # the trace path runs; test_eval_report checks the traces themselves
+    "train.num_threads": 1,  # one core per xdist worker (tests/conftest.py)
+    "model.tiny.num_threads": 1,
 }
 
 

@@ -34,7 +34,7 @@ METRIC = "em/synthetic/dev"
 # the primed fixture's world and prompt (tests/test_learning.py), a few steps and a small evaluation
 BASE = {"project": {"seed": 20251}, "data": {"datasets": [], "synthetic": {"seed": 20251 + 7}},
         "agent": {"system_prompt": False, "max_turns": 3}, "retrieval": {"top_k": 1},
-        "train": {"num_threads": 2, "steps": 3, "questions_per_step": 4, "group_size": 4, "eval_every": 0},
+        "train": {"num_threads": 1, "steps": 3, "questions_per_step": 4, "group_size": 4, "eval_every": 0},
         "evaluate": {"sets": [{"dataset": "synthetic", "split": "dev", "limit": 8}], "baselines": ["direct"]}}  # fmt: skip
 EXPERIMENTS = {"grpo-lr1e-3": {"algorithm": "grpo", "lr": 1e-3}, "rloo-lr5e-4": {"algorithm": "rloo", "lr": 5e-4}}
 
