@@ -1,4 +1,5 @@
-"""The pipeline through real DVC in a fresh temp copy of the project."""
+"""The pipeline through real DVC: data stages in a fresh temp copy of the project, the full pipeline and its variant in
+a copy of the session's flow-built project (tests/built_project.py)."""
 
 from __future__ import annotations
 
