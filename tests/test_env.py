@@ -1,4 +1,5 @@
-"""Process-wide defaults (components/env.py) that change results, checked in a fresh interpreter."""
+"""Process-wide defaults that change results or speed (components/env.py, tests/conftest.py, the Makefile), checked in
+a fresh process."""
 
 import os
 import subprocess
@@ -31,4 +32,20 @@ def test_a_matmul_gives_the_same_bits_wherever_its_operands_lie(tmp_path, repo_r
     env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}  # as a user's shell has it
     out = subprocess.run([sys.executable, "-c", ALIGNED, str(tmp_path)], cwd=repo_root, env=env, capture_output=True,
                          text=True, timeout=120, check=True)  # fmt: skip
+    assert out.stdout.strip() == "0", out.stdout + out.stderr
+
+
+def test_a_process_a_test_starts_uses_one_torch_thread(repo_root):
+    """Two xdist workers share two cores: tests/conftest.py gives each test's processes one thread."""
+    cmd = [sys.executable, "-c", "import torch; print(torch.get_num_threads())"]
+    out = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "1", out.stdout + out.stderr
+
+
+def test_make_writes_bytecode_when_the_shell_says_not_to(repo_root):
+    """Setup compiles nothing; make clears PYTHONDONTWRITEBYTECODE so each module is compiled once, on first import."""
+    probe = 'probe: ; @python3 -c "import sys; print(sys.flags.dont_write_bytecode)"'
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    out = subprocess.run(["make", "--no-print-directory", f"--eval={probe}", "probe"], cwd=repo_root, env=env,
+                         capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
     assert out.stdout.strip() == "0", out.stdout + out.stderr
