@@ -95,13 +95,12 @@ def save_tiny_model(cfg: Config) -> Path:
 
 
 def verl_config(cfg: Config):
-    """verl's ppo_trainer config with our overrides, composed by Hydra in-process."""
-    from hydra import compose, initialize_config_module
+    """verl's ppo_trainer config with our overrides, as the launch composes it."""
+    from omegaconf import OmegaConf
 
-    from components.verl_backend.launch import overrides
+    from components.verl_backend.launch import compose
 
-    with initialize_config_module("verl.trainer.config", version_base=None):
-        return compose("ppo_trainer", overrides=overrides(cfg))
+    return OmegaConf.create(compose(cfg))
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from components.verl_backend.config import VerlConfig, verl_config
 SEQUENCE_LEVEL = ("grpo", "rloo", "reinforce_plus_plus_baseline")
 PROCESS_KEYS = ("valid_call", "invalid_call", "supporting", "new_info", "search_cost")
 MAIN = "verl.trainer.main_ppo"
+CONFIG_MODULE, CONFIG_NAME = "verl.trainer.config", "ppo_trainer"  # main_ppo's @hydra.main
 
 
 class LaunchError(RuntimeError):
@@ -213,13 +214,21 @@ def _manager_class() -> str:
 # --- what verl accepted ------------------------------------------------------------------------------
 
 
-def compose(cfg: Config, env: Mapping[str, str] | None = None, timeout: float = 300) -> str:
-    """The job config verl composes from our command (`--cfg job`), as YAML text; LaunchError if it refuses."""
-    cmd = build_command(cfg, env) + ["--cfg", "job"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_quiet_env())
-    if proc.returncode != 0:
-        raise LaunchError(f"verl rejected the overrides (exit {proc.returncode}):\n{_tail(proc.stderr or proc.stdout)}")
-    return proc.stdout
+def compose(cfg: Config, env: Mapping[str, str] | None = None) -> str:
+    """The job config verl composes from our command's overrides, as YAML text (what `--cfg job` prints); LaunchError
+    if it refuses. Hydra composes in this process, from main_ppo's config module: no interpreter starts to import Ray."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_module(CONFIG_MODULE, version_base=None):
+            job = hydra_compose(CONFIG_NAME, overrides=overrides(cfg, env))
+    except (HydraException, OmegaConfBaseException) as err:
+        raise LaunchError(f"verl rejected the overrides: {err}") from err
+    return OmegaConf.to_yaml(job)
 
 
 def validate(job_yaml: str) -> Any:
