@@ -98,11 +98,25 @@ def test_multi_node_and_extra_overrides(tmp_path, monkeypatch):
     assert o[-1] == "trainer.val_only=true"
 
 
-def test_verl_rejects_a_bad_override_with_its_message(tmp_path, monkeypatch):
-    v = VerlConfig(extra_overrides=["trainer.no_such_key=1"])
+@pytest.mark.parametrize(("override", "named"), [("trainer.no_such_key=1", "no_such_key"), ("trainer.total_epochs=[abc", r"\[abc")])
+def test_verl_rejects_a_bad_override_with_its_message(tmp_path, monkeypatch, override, named):
+    v = VerlConfig(extra_overrides=[override])  # a key verl lacks; a value Hydra cannot parse
     monkeypatch.setattr(launch, "verl_config", lambda cfg: v)
-    with pytest.raises(launch.LaunchError, match="no_such_key"):
+    with pytest.raises(launch.LaunchError, match=named):
         launch.compose(make_cfg(tmp_path))
+
+
+def test_compose_in_process_equals_what_main_ppo_prints(tmp_path):
+    """The in-process compose is the config the real command line composes (`main_ppo ... --cfg job`), byte for byte,
+    with a quoted value that has a space in it."""
+    import subprocess
+
+    cfg = make_cfg(tmp_path)
+    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/ml flow.db"}
+    cli = subprocess.run(launch.build_command(cfg, env) + ["--cfg", "job"], capture_output=True, text=True,
+                         timeout=300, env=launch._quiet_env())  # fmt: skip
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    assert launch.compose(cfg, env) == cli.stdout
 
 
 def test_validate_config_refusal_is_a_launch_error(accepted):
