@@ -37,9 +37,10 @@ SEED = 20251  # project seed (model init, sampling); the world uses SEED + 7. De
 ROOT = Path(__file__).resolve().parents[1]
 PRIMED = ROOT / "tests" / "fixtures" / "primed"  # committed
 LOCAL_PRIMED = ROOT / ".cache" / "primed"  # a miss primes here; never into the repository
-# what the base_model stage runs: the world, the tokenizer and model, the transcripts (agent format, retrieval)
+# what the base_model stage runs: the world, the tokenizer and model, the transcripts (agent format, retrieval), and
+# env.py's MKL_CBWR, which changes the primed weights
 PRIMING_SOURCES = ("components/data", "components/model", "components/agent", "components/retrieval",
-                   "components/rollout/chat.py", "components/io.py")  # fmt: skip
+                   "components/rollout/chat.py", "components/io.py", "components/env.py")  # fmt: skip
 
 
 class Curve(NullTracker):

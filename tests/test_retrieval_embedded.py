@@ -294,8 +294,6 @@ EmbeddedBackend(Path(sys.argv[1]), cfg.retrieval.embedded).build("synthetic", pa
 """
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: bm25s numbers the vocabulary in set order (PYTHONHASHSEED); the fix "
-                   "moves the learning test's primed digest, and the re-primed base did not learn (README)")
 def test_the_same_corpus_gives_the_same_index_bytes_in_every_process(tmp_path, repo_root):
     import filecmp
     import os

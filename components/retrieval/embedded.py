@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import bm25s
+from bm25s.tokenization import Tokenized
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -102,6 +103,7 @@ class EmbeddedBackend:
             "token_pattern": self.cfg.token_pattern,
             "title_weight": self.cfg.title_weight,
             "bm25s": bm25s.__version__,
+            "vocab": "sorted",
         }
 
     # --- versions and the alias pointer --------------------------------------------------------------
@@ -161,7 +163,7 @@ class EmbeddedBackend:
             tokens += self._tokenize([f"{p.title}\n" * title_rep + p.text for p in chunk])
             progress(len(chunk))
         bm25 = bm25s.BM25(k1=self.cfg.k1, b=self.cfg.b, method="lucene")
-        bm25.index(tokens, show_progress=False)
+        bm25.index(_sorted_vocab(tokens), show_progress=False)
         bm25.save(str(out), show_progress=False)
         table = pa.table(
             {
@@ -254,3 +256,9 @@ def top_k_fair(scores: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarr
         pos = pos[scores[pos] >= kth]  # keeps every passage tied with the k-th
     order = np.lexsort((rng.random(pos.size), -scores[pos]))
     return pos[order[:k]]
+
+
+def _sorted_vocab(tokens: list[list[str]]) -> Tokenized:
+    """Token ids in sorted order: bm25s would number them in set order, which changes with PYTHONHASHSEED."""
+    vocab = {t: i for i, t in enumerate(sorted({t for doc in tokens for t in doc}))}
+    return Tokenized(ids=[[vocab[t] for t in doc] for doc in tokens], vocab=vocab)
