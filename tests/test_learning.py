@@ -12,6 +12,7 @@ import ast
 import hashlib
 import json
 import shutil
+import subprocess
 import sys
 import time
 import warnings
@@ -101,6 +102,39 @@ def test_digest_ignores_notes_but_not_code():
     noted = '"""A module."""\n# why\ndef f(x):  # note\n    """Adds one."""\n    return (x + 1)\n'
     assert code_of(plain) == code_of(noted)
     assert code_of(plain) != code_of(plain.replace("+ 1", "+ 2"))
+
+
+# Modules the priming imports that cannot change the primed weights: config values are keyed by the digest itself,
+# artifacts names paths, secrets masks credentials, and the package markers hold no code that runs.
+NOT_PRIMING = {"components/config.py", "components/artifacts.py", "components/secrets.py", "components/__init__.py",
+               "components/rollout/__init__.py"}  # fmt: skip
+
+
+def test_every_module_priming_imports_is_in_the_digest_or_named_harmless():
+    code = ("import sys, components.data.prepare, components.retrieval.index, components.model.base_model; "
+            "print('\\n'.join(m.__file__ for n, m in sys.modules.items() if n.split('.')[0] == 'components'))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, timeout=300)
+    imported = {Path(f).resolve().relative_to(ROOT).as_posix() for f in out.stdout.splitlines()}
+    covered = {f for f in imported if any(f == src or f.startswith(src + "/") for src in PRIMING_SOURCES)}
+    assert imported - covered - NOT_PRIMING == set(), "add these to PRIMING_SOURCES (or to NOT_PRIMING, with why)"
+    assert NOT_PRIMING <= imported  # no stale exemptions
+
+
+def test_the_digest_follows_the_process_settings_in_env_py(tmp_path, monkeypatch):
+    """MKL_CBWR (components/env.py) changes the primed weights, so a changed setting must be a cache miss."""
+    for src in PRIMING_SOURCES:
+        if (ROOT / src).is_dir():
+            shutil.copytree(ROOT / src, tmp_path / src)
+        else:
+            (tmp_path / src).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / src, tmp_path / src)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    cfg = learning_config(tmp_path / "artifacts")
+    before = primed_digest(cfg)
+    env = tmp_path / "components" / "env.py"
+    assert '"AUTO,STRICT"' in env.read_text()
+    env.write_text(env.read_text().replace('"AUTO,STRICT"', '"AVX2,STRICT"'))
+    assert primed_digest(cfg) != before
 
 
 def learning_config(artifacts_dir: Path):
