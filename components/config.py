@@ -309,7 +309,27 @@ class ModelConfig(Section):
         "device computes bf16 natively (a CUDA GPU with bf16; a CPU with AVX512-BF16 or AMX-BF16)"
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    attention: Literal["auto", "sdpa_gqa", "sdpa", "eager"] = Field(
+        default="auto", description='"auto": sdpa_gqa on CPU (grouped KV heads without copies), sdpa on GPUs'
+    )
     tiny: TinyModelConfig = TinyModelConfig()
+
+
+class RolloutConfig(Section):
+    """The rollout engine's scheduling (components/rollout/engine.py); the measurements behind the defaults are in
+    docs/benchmarks.md."""
+
+    max_rows: int = Field(default=256, ge=1, description="episodes decoding at once (KV-cache rows); more are queued")
+    refill_fraction: float = Field(
+        default=0.25, ge=0, le=1, description="prefill the rows waiting for an observation once they are this share "
+        "of the running rows (0: at once; 1: when every row's turn has ended)")  # fmt: skip
+    full_step_fraction: float = Field(
+        default=0.5, ge=0, le=1, description="a decode step runs over every row when this share decodes, else over "
+        "the decoding rows alone (their cache rows gathered)")  # fmt: skip
+    prefill_tokens: int = Field(default=4096, ge=1, description="rows x columns per prefill forward (bounds memory)")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto", description='weights the rollout runs on; "auto": a bf16 copy where bf16 is native and '
+        "model.autocast is on, else the policy itself")  # fmt: skip
 
 
 class MaskConfig(Section):
@@ -452,6 +472,7 @@ class Config(Section):
     tracking: TrackingConfig = TrackingConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     agent: AgentConfig = AgentConfig()
+    rollout: RolloutConfig = RolloutConfig()
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
     evaluate: EvaluateConfig = EvaluateConfig()

@@ -1,28 +1,65 @@
-"""The rollout's growing KV cache holds exactly what transformers' dynamic cache holds, through growth and row drops."""
+"""The rollout's slot cache: each row holds exactly its own sequence of key/value columns, whatever mix of
+prefills (some rows, padded chunks), full decode steps (every row), subset decode steps and row copies wrote it."""
 
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
 
-from components.rollout.kv_cache import MIN_CAPACITY, growing_cache
+from components.rollout.kv_cache import MIN_WIDTH, SlotCache, WritePlan
+
+ROWS, HEADS, DIM, LAYERS = 5, 2, 4, 2
 
 
-def test_growing_cache_matches_the_dynamic_cache_through_growth_and_row_selection():
+def _kv(n: int, t: int, gen: torch.Generator):
+    return torch.randn(n, HEADS, t, DIM, generator=gen), torch.randn(n, HEADS, t, DIM, generator=gen)
+
+
+def test_every_row_holds_its_own_columns_through_prefills_steps_copies_and_growth():
     gen = torch.Generator().manual_seed(0)
-    ours, ref = growing_cache(), DynamicCache()
-    rows = 6
-    widths = [5, 1, 1, MIN_CAPACITY, 1, 3, 2 * MIN_CAPACITY + 7, 1]  # prefill, decode steps, inserts; grows twice
-    for step, width in enumerate(widths):
-        for layer in range(2):
-            k, v = (torch.randn(rows, 4, width, 8, generator=gen) for _ in range(2))
-            got, want = ours.update(k, v, layer), ref.update(k, v, layer)
-            assert all(torch.equal(g, w) for g, w in zip(got, want)), (step, layer)
-        assert ours.get_seq_length() == ref.get_seq_length() == sum(widths[: step + 1])
-        if step in (2, 5):  # finished episodes leave the batch
-            keep = torch.tensor([0, 2, 3, 5][: rows - 1])
-            ours.batch_select_indices(keep)
-            ref.batch_select_indices(keep)
-            rows = len(keep)
-    assert all(torch.equal(a, b) for la, lb in zip(ours.layers, ref.layers) for a, b in ((la.keys, lb.keys), (la.values, lb.values)))
-    assert ours.layers[0].key_buf.shape[-2] >= ours.get_seq_length()
+    cache = SlotCache(LAYERS, ROWS, max_len=4 * MIN_WIDTH)
+    want = [[[] for _ in range(ROWS)] for _ in range(LAYERS)]  # layer -> row -> list of (k, v) columns
+    lens = [0] * ROWS
+
+    def prefill(rows: list[int], chunk_lens: list[int]):
+        t = max(chunk_lens)
+        real = torch.tensor([[j < n for j in range(t)] for n in chunk_lens])
+        pos = torch.tensor([[lens[r] + j for j in range(t)] for r in rows])
+        width = max(lens[r] + n for r, n in zip(rows, chunk_lens))
+        cache.plan = WritePlan(pos, width, torch.tensor(rows), real)
+        for layer in range(LAYERS):
+            k, v = _kv(len(rows), t, gen)
+            got_k, got_v = cache.update(k, v, layer)
+            for i, (r, n) in enumerate(zip(rows, chunk_lens)):
+                want[layer][r] += [(k[i, :, j], v[i, :, j]) for j in range(n)]
+                assert torch.equal(got_k[i, :, : lens[r] + n], torch.stack([c[0] for c in want[layer][r]], 1))
+        for r, n in zip(rows, chunk_lens):
+            lens[r] += n
+
+    def step_all(advance: list[int]):
+        pos = torch.tensor(lens)
+        cache.plan = WritePlan(pos, max(lens) + 1)
+        for layer in range(LAYERS):
+            k, v = _kv(ROWS, 1, gen)
+            cache.update(k, v, layer)
+            for r in advance:
+                want[layer][r].append((k[r, :, 0], v[r, :, 0]))
+        for r in advance:
+            lens[r] += 1
+
+    prefill([0, 1, 2, 3, 4], [3, 7, 1, 5, 2])  # padded chunk
+    step_all(advance=[0, 1, 2, 3, 4])
+    step_all(advance=[1, 3])  # the other rows write a pad into their next column and do not advance
+    prefill([2], [1])  # a subset step of one row
+    prefill([0, 4], [MIN_WIDTH + 9, 40])  # grows the buffer
+    cache.copy_rows([0], [2], lens[0])
+    lens[2] = lens[0]
+    for layer in range(LAYERS):
+        want[layer][2] = list(want[layer][0])
+    step_all(advance=[0, 1, 2, 3, 4])
+    assert cache.layers[0].keys.shape[2] >= max(lens)
+    for layer in range(LAYERS):
+        for r in range(ROWS):
+            keys = cache.layers[layer].keys[r, :, : lens[r]]
+            values = cache.layers[layer].values[r, :, : lens[r]]
+            assert torch.equal(keys, torch.stack([c[0] for c in want[layer][r]], 1)), (layer, r)
+            assert torch.equal(values, torch.stack([c[1] for c in want[layer][r]], 1)), (layer, r)

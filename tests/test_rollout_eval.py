@@ -9,6 +9,7 @@ import components.rollout.evaluate as ev
 from components.config import AgentConfig
 from tests.toy import make_toy
 from components.rollout.answers import plain_answer
+from components.config import RolloutConfig
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.progress import GenerationProgress
 
@@ -37,17 +38,6 @@ def test_plain_answer(turn, answer):
     assert plain_answer(turn, STOPS) == answer
 
 
-def test_token_batches_respect_the_budget():
-    bounds = [30, 10, 50, 20, 40, 10, 60, 25]
-    assert ev.token_batches(bounds, 8 * 60) == [list(range(8))]  # everything fits: one batch, given order
-    assert ev.token_batches([], 100) == []
-    for budget in (60, 100, 130, 200):
-        batches = ev.token_batches(bounds, budget)
-        assert sorted(i for b in batches for i in b) == list(range(len(bounds)))
-        assert all(len(b) * max(bounds[i] for i in b) <= budget for b in batches)
-    assert ev.token_batches([500, 10], 100) == [[1], [0]]  # a row over the budget runs alone
-
-
 def test_row_bound():
     one = AgentConfig(max_turns=1, max_tokens_per_turn=32, max_total_tokens=512)
     assert ev.row_bound(100, one) == 132 and ev.row_bound(500, one) == 512 and ev.row_bound(600, one) == 600
@@ -55,29 +45,31 @@ def test_row_bound():
 
 
 @pytest.mark.parametrize("mode", ["agent", "direct", "naive_rag"])
-def test_budget_batches_give_the_one_batch_results(toy, mode, monkeypatch):
+def test_a_small_token_budget_streams_through_few_rows_with_the_same_results(toy, mode, monkeypatch):
+    """`batch_tokens` bounds the KV cache (rows x the longest possible row): the questions then stream through
+    that many rows, as finished episodes free theirs, and every result is the one of a single wide batch."""
     qs = toy.world.questions("dev")[:12]
     one = ev.evaluate_agent(toy.model, toy.tokenizer, qs, toy.backend, toy.agent, 3, mode=mode)
-    sizes = []
+    rows = []
 
     def spy(model, chat, env, questions, *a, **k):
-        sizes.append(len(questions))
+        rows.append(k["engine"].max_rows)
         return rollout(model, chat, env, questions, *a, **k)
 
     monkeypatch.setattr(ev, "rollout", spy)
     budget = 3 * toy.agent.max_total_tokens if mode == "agent" else 150  # single-turn rows: prompt + 16 tokens
-    split = ev.evaluate_agent(toy.model, toy.tokenizer, qs, toy.backend, toy.agent, 3, mode=mode, batch_tokens=budget)
-    assert len(sizes) > 1 and max(sizes) <= 3 and sum(sizes) == len(qs)
-    assert [r.question_id for r in split] == [q.id for q in qs]
-    assert split == one
+    streamed = ev.evaluate_agent(toy.model, toy.tokenizer, qs, toy.backend, toy.agent, 3, mode=mode, batch_tokens=budget)
+    assert len(rows) == 1 and 1 <= rows[0] <= 3
+    assert [r.question_id for r in streamed] == [q.id for q in qs]
+    assert streamed == one
 
 
 def test_chunked_prefill_matches_one_forward(toy):
-    """Feeding prompts and observations 5 columns at a time gives the same episodes."""
+    """Feeding prompts and observations a few tokens per forward gives the same episodes."""
     qs = toy.world.questions("train")[:8]
     a = rollout(toy.model, toy.chat, toy.env(), qs, toy.agent, temperature=1.0, generator=torch.Generator().manual_seed(3))
     b = rollout(toy.model, toy.chat, toy.env(), qs, toy.agent, temperature=1.0, generator=torch.Generator().manual_seed(3),
-                prefill_chunk=5)  # fmt: skip
+                engine=RolloutConfig(prefill_tokens=5))  # fmt: skip
     assert [t.input_ids for t in a] == [t.input_ids for t in b]
     for x, y in zip(a, b):
         assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-5)

@@ -22,15 +22,19 @@ def load_model(path: str | Path, cfg: Config, device: torch.device | None = None
     """(model, tokenizer) from a model dir or hub id; the model in train mode on `device`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from components.model.attention import attention_for
+
     name = str(path)
+    device = device or pick_device(cfg)
     try:
         tok = AutoTokenizer.from_pretrained(name)
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[cfg.model.dtype])
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[cfg.model.dtype],
+                                                     attn_implementation=attention_for(cfg.model.attention, device))  # fmt: skip
     except OSError as err:
         raise FileNotFoundError(f"{name}: cannot load model/tokenizer ({err}); run the base_model stage") from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    return model.to(device or pick_device(cfg)), tok
+    return model.to(device), tok
 
 
 def native_bf16(device: torch.device) -> bool:
@@ -61,3 +65,37 @@ def freeze_below(model, trainable_layers: int | None) -> list[torch.nn.Parameter
             layer.requires_grad_(True)
         decoder.norm.requires_grad_(True)
     return [p for p in model.parameters() if p.requires_grad]
+
+
+def rollout_dtype(cfg: Config, device: torch.device) -> torch.dtype | None:
+    """The dtype of the rollout's own copy of the weights, or None to roll out on the policy itself.
+
+    "auto" copies to bf16 where the policy already computes in bf16 (autocast on, bf16 native): autocast recasts
+    every frozen weight in every forward, which at one token per row cost more than the matmuls."""
+    setting = cfg.rollout.dtype
+    if setting == "auto":
+        return torch.bfloat16 if uses_autocast(cfg, device) else None
+    wanted = DTYPES[setting]
+    return None if wanted == DTYPES[cfg.model.dtype] else wanted
+
+
+class RolloutWeights:
+    """The weights the rollout runs on: the policy itself, or a copy in `rollout_dtype` kept in step with it."""
+
+    def __init__(self, policy, cfg: Config):
+        import copy
+
+        device = next(policy.parameters()).device
+        dtype = rollout_dtype(cfg, device)
+        self.policy = policy
+        self.model = policy if dtype is None else copy.deepcopy(policy).to(dtype).eval().requires_grad_(False)
+
+    def sync(self) -> None:
+        """Copy the policy's trainable weights (the only ones an update changes) into the rollout's copy."""
+        if self.model is self.policy:
+            return
+        mine = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, p in self.policy.named_parameters():
+                if p.requires_grad:
+                    mine[name].copy_(p)

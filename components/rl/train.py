@@ -14,6 +14,7 @@ import json
 import random
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ from components.config import Config
 from components.data.prepare import read_questions
 from components.data.schema import Question
 from components.io import atomic_path
-from components.model.loading import autocast, freeze_below, load_model, pick_device
+from components.model.loading import RolloutWeights, autocast, freeze_below, load_model, pick_device
 from components.retrieval.factory import make_backend
 from components.rl import checkpoint as ckpt
 from components.rl.advantages import compute_advantages
@@ -70,6 +71,11 @@ class Trainer:
             self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=self.tc.critic_lr)
         if self.tc.kl_coef > 0:
             self.ref = copy.deepcopy(policy).eval().requires_grad_(False)
+        self.actor = RolloutWeights(policy, cfg)  # what rollouts and evaluations run on
+
+    def rollout_amp(self):
+        """Autocast for the rollout when it runs on the policy itself (a bf16 copy computes in bf16 already)."""
+        return self.amp() if self.actor.model is self.policy else nullcontext()
 
     def amp(self):
         return autocast(self.cfg, self.device)
@@ -86,9 +92,11 @@ class Trainer:
         qs = self.sample_questions(step)
         gen = torch.Generator().manual_seed(hash((self.cfg.project.seed, step)) % (2**63))
         stats = RolloutStats()
-        with self.amp():
-            trajs = rollout(self.policy, self.chat, self.env, [q for q in qs for _ in range(self.tc.group_size)],
-                            self.cfg.agent, temperature=self.tc.temperature, generator=gen, stats=stats)  # fmt: skip
+        self.actor.sync()
+        with self.rollout_amp():
+            trajs = rollout(self.actor.model, self.chat, self.env, [q for q in qs for _ in range(self.tc.group_size)],
+                            self.cfg.agent, temperature=self.tc.temperature, generator=gen, stats=stats,
+                            engine=self.cfg.rollout)  # fmt: skip
         t1 = time.perf_counter()
         batch = collate(trajs, self.chat.pad_id).to(self.device)
         update = self.update(batch, step)
@@ -234,10 +242,11 @@ class Trainer:
 
     def evaluate(self, step: int) -> dict[str, float]:
         self.backend.reseed(step, 1)
+        self.actor.sync()
         out = {}
         for name, qs in self.eval_sets.items():
-            with self.amp():
-                res = evaluate_agent(self.policy, self.tok, qs, self.backend, self.cfg.agent, self.cfg.retrieval.top_k,
+            with self.rollout_amp():
+                res = evaluate_agent(self.actor.model, self.tok, qs, self.backend, self.cfg.agent, self.cfg.retrieval.top_k,
                                      batch_tokens=self.cfg.evaluate.batch_tokens, desc=f"eval {name}")  # fmt: skip
             out.update(summarize(res, prefix=f"{name}/"))
         return out

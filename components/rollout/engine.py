@@ -1,29 +1,33 @@
-"""Batched multi-turn rollout with HF transformers.
+"""Batched multi-turn rollout with HF transformers, continuously batched.
 
-All episodes share one KV cache (rollout/kv_cache.py); a prompt is prefilled once and copied to the episodes that
-share it (a group).
-Each turn the active episodes decode together token by token; then the environment runs every tool call of the
-batch at once, finished episodes leave the cache (the active set shrinks), and the inserted observation turns are
-prefilled into the cache for the rest. Rows of different lengths are handled with holes in the attention mask and
-explicit position ids.
+Every running episode owns one row ("slot") of a KV cache (rollout/kv_cache.py). Each decode step samples the next
+token of every row in a model turn, all on tensors. A row whose turn ends waits for its tool call; once enough
+rows wait (`RolloutConfig.refill_fraction`), the environment answers all their calls in one batch and their
+observation turns are prefilled together, while the other rows keep decoding. A finished episode frees its slot
+for the next queued one. A group's episodes share one prompt prefill, copied into their rows.
+
+The contract: the action mask (model tokens 1, everything inserted 0), per-token behaviour log-probs, a turn ends
+on the template's end-of-turn ids or its token budget, the observation is inserted through the chat template,
+per-turn wall-clock times for traces, and the same episodes from the same (generator seed, questions).
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from components.agent.env import StepResult, ToolEnv
-from components.config import AgentConfig
+from components.config import AgentConfig, RolloutConfig
 from components.data.schema import Question
 from components.rollout.chat import ChatFormat
-from components.rollout.kv_cache import growing_cache
+from components.rollout.kv_cache import SlotCache, WritePlan
 from components.rollout.trajectory import Trajectory
 
-PREFILL_CHUNK = 512  # columns of a prefill per forward: bounds attention scores (rows x chunk x cache width)
+PHASES = ("prefill", "decode", "sample", "bookkeeping", "tools")
 
 
 @dataclass
@@ -31,8 +35,12 @@ class RolloutStats:
     seconds: float = 0.0
     tool_seconds: float = 0.0
     generated_tokens: int = 0
+    prefill_tokens: int = 0  # prompt and observation tokens fed (a shared prompt counts once)
     forward_calls: int = 0
+    decode_steps: int = 0
+    row_steps: int = 0  # rows computed over all decode steps (idle rows included)
     entropy_sum: float = 0.0  # of the sampling distribution, over every sampled token
+    phase_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
 
     @property
     def entropy(self) -> float:
@@ -43,82 +51,101 @@ class RolloutStats:
         return self.generated_tokens / self.seconds if self.seconds else 0.0
 
 
-class _Batch:
-    """The active rows' shared state: KV cache, attention mask over the cache, next position per row."""
+class _Clock:
+    """Adds the wall time of each `with clock("phase")` block to stats.phase_seconds (CUDA work is awaited)."""
 
-    def __init__(self, model, device, prefill_chunk: int = PREFILL_CHUNK):
-        self.model, self.device, self.prefill_chunk = model, device, prefill_chunk
+    def __init__(self, stats: RolloutStats, device: torch.device):
+        self.stats, self.cuda = stats, device.type == "cuda"
+        self.phase, self.t = None, 0.0
+
+    def __call__(self, phase: str):
+        self.phase = phase
+        return self
+
+    def __enter__(self):
+        self.t = time.perf_counter()
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.stats.phase_seconds[self.phase] += time.perf_counter() - self.t
+
+
+class _Slots:
+    """The model over a SlotCache: feed chunks to some rows (prefill) or one token to many (decode)."""
+
+    def __init__(self, model, n: int, max_len: int, ec: RolloutConfig):
         self.body, self.head = model.get_decoder(), model.get_output_embeddings()
-        self.cache = growing_cache()
-        self.attn = torch.zeros(0, 0, dtype=torch.long, device=device)
-        self.next_pos = torch.zeros(0, dtype=torch.long, device=device)
+        self.device = next(model.parameters()).device
+        self.n, self.ec = n, ec
+        self.cache = SlotCache(model.config.num_hidden_layers, n, max_len)
+        self.lens = torch.zeros(n, dtype=torch.long, device=self.device)  # columns written per slot
         self.calls = 0
 
-    def feed(self, chunks: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
-        """Append a right-padded chunk per row; returns the logits after each row's last real token.
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, plan: WritePlan):
+        self.cache.plan = plan
+        out = self.body(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
+                        use_cache=True)  # fmt: skip
+        self.calls += 1
+        return out.last_hidden_state
 
-        The chunk goes through the decoder body `prefill_chunk` columns at a time and the output head runs on
-        each row's last real position only: full logits (rows x length x vocab) would dwarf the KV cache.
-        """
+    def prefill(self, rows: list[int], chunks: list[list[int]], pad_id: int) -> torch.Tensor:
+        """Append `chunks[i]` to slot `rows[i]`; the logits after each chunk's last token. Long chunks go through
+        `prefill_tokens // rows` columns at a time (bounds the attention scores)."""
         n = max(len(c) for c in chunks)
-        ids = torch.full((len(chunks), n), pad_id, dtype=torch.long)
-        mask = torch.zeros(len(chunks), n, dtype=torch.long)
+        ids = torch.full((len(rows), n), pad_id, dtype=torch.long)
+        real = torch.zeros(len(rows), n, dtype=torch.bool)
         for i, c in enumerate(chunks):
             ids[i, : len(c)] = torch.tensor(c, dtype=torch.long)
-            mask[i, : len(c)] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        if self.attn.shape[0] == 0:
-            self.attn = torch.zeros(len(chunks), 0, dtype=torch.long, device=self.device)
-            self.next_pos = torch.zeros(len(chunks), dtype=torch.long, device=self.device)
-        positions = self.next_pos[:, None] + (mask.cumsum(-1) - 1).clamp(min=0)
-        lengths = mask.sum(-1)
-        last = (lengths - 1).clamp(min=0)
+            real[i, : len(c)] = True
+        ids, real = ids.to(self.device), real.to(self.device)
+        slot = torch.tensor(rows, dtype=torch.long, device=self.device)
+        lengths = real.sum(-1)
+        start = self.lens[slot]
+        last = lengths - 1
         hidden = None
-        for a in range(0, n, self.prefill_chunk):
-            b = min(n, a + self.prefill_chunk)
-            self.attn = torch.cat([self.attn, mask[:, a:b]], dim=1)
-            out = self.body(input_ids=ids[:, a:b], attention_mask=self.attn, position_ids=positions[:, a:b],
-                            past_key_values=self.cache, use_cache=True)  # fmt: skip
-            self.calls += 1
-            h = out.last_hidden_state
-            here = (last >= a) & (last < b)
+        step = max(1, self.ec.prefill_tokens // len(rows))
+        for a in range(0, n, step):
+            b = min(n, a + step)
+            cols = torch.arange(a, b, device=self.device)
+            pos = start[:, None] + cols[None, :]  # [rows, b-a]
+            width = int((start + lengths.clamp(max=b)).max())
+            mask = torch.arange(width, device=self.device)[None, None, :] <= pos[:, :, None]
+            h = self._forward(ids[:, a:b], pos, mask[:, None], WritePlan(pos, width, slot, real[:, a:b]))
             if hidden is None:
-                hidden = h.new_zeros(len(chunks), h.shape[-1])
-            rows = torch.nonzero(here).squeeze(-1)
-            hidden[rows] = h[rows, last[rows] - a]
-        self.next_pos = self.next_pos + lengths
+                hidden = h.new_zeros(len(rows), h.shape[-1])
+            here = torch.nonzero((last >= a) & (last < b)).squeeze(-1)
+            hidden[here] = h[here, last[here] - a]
+        self.lens[slot] += lengths
         return self.head(hidden).float()
 
-    def feed_prompts(self, prompts: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
-        """`feed` each distinct prompt once (a group's episodes share theirs), then copy it to its rows."""
-        first: dict[tuple[int, ...], int] = {}
-        rows = [first.setdefault(tuple(p), len(first)) for p in prompts]
-        logits = self.feed(list(first), pad_id)
-        if len(first) == len(rows):
-            return logits
-        self.keep(rows)
-        return logits[rows]
+    def decode(self, rows: torch.Tensor, tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+        """Feed one token to each of `rows`; their next-token logits. When most slots take part, the step runs
+        over every slot (the others write a pad into their next free column and do not advance), else over
+        `rows` alone (their cache rows are gathered)."""
+        if len(rows) >= self.ec.full_step_fraction * self.n:
+            ids = torch.full((self.n,), pad_id, dtype=torch.long, device=self.device)
+            ids[rows] = tokens
+            pos = self.lens.clone()
+            width = int(pos.max()) + 1
+            mask = torch.arange(width, device=self.device)[None, :] <= pos[:, None]
+            h = self._forward(ids[:, None], pos[:, None], mask[:, None, None], WritePlan(pos, width))
+            h = h[rows, 0]
+        else:
+            pos = self.lens[rows]
+            width = int(pos.max()) + 1
+            mask = torch.arange(width, device=self.device)[None, :] <= pos[:, None]
+            real = torch.ones(len(rows), 1, dtype=torch.bool, device=self.device)
+            h = self._forward(tokens[:, None], pos[:, None], mask[:, None, None], WritePlan(pos[:, None], width, rows, real))
+            h = h[:, 0]
+        self.lens[rows] += 1
+        return self.head(h).float()
 
-    def feed_masked(self, feed: list[list[int]], real: torch.Tensor, pad_id: int, need: torch.Tensor) -> torch.Tensor:
-        """One decode step: rows whose turn already ended feed a masked pad (a hole). The output head runs on the
-        `need` rows only (those that sample next); the others get uniform logits, drawn from and ignored."""
-        ids = torch.tensor([f[0] for f in feed], dtype=torch.long, device=self.device)[:, None]
-        mask = real.to(self.device).long()[:, None]
-        self.attn = torch.cat([self.attn, mask], dim=1)
-        out = self.body(input_ids=ids, attention_mask=self.attn, position_ids=self.next_pos[:, None],
-                        past_key_values=self.cache, use_cache=True)  # fmt: skip
-        self.calls += 1
-        self.next_pos = self.next_pos + mask[:, 0]
-        hidden = out.last_hidden_state[:, -1]
-        rows = torch.nonzero(need.to(self.device)).squeeze(-1)
-        logits = torch.zeros(len(feed), self.head.out_features, device=self.device)
-        logits[rows] = self.head(hidden[rows]).float()
-        return logits
-
-    def keep(self, rows: list[int]) -> None:
-        idx = torch.tensor(rows, dtype=torch.long, device=self.device)
-        self.cache.batch_select_indices(idx)
-        self.attn, self.next_pos = self.attn[idx], self.next_pos[idx]
+    def share(self, src: list[int], dst: list[int]) -> None:
+        """Slots `dst` start as copies of slots `src` (episodes of one group share their prompt's prefill)."""
+        width = int(self.lens[src].max())
+        self.cache.copy_rows(src, dst, width)
+        self.lens[dst] = self.lens[src]
 
 
 def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | None):
@@ -133,14 +160,14 @@ def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator
 
 
 @dataclass
-class Turn:
-    """One decoded turn of each active row."""
+class _Waiting:
+    """A slot whose turn ended (or whose episode was just admitted), waiting to be prefilled."""
 
-    tokens: list[list[int]]
-    logprobs: list[list[float]]
-    unfed: list[list[int]]  # the last sampled token, when it is still to be fed (with the next insertion)
-    started: int  # wall clock (ns) when the turn's decode began
-    ended: list[int]  # wall clock (ns) when each row stopped (for traces)
+    slot: int
+    episode: int
+    chunk: list[int] = field(default_factory=list)
+    fresh: bool = False  # a new episode: the chunk is its prompt
+    turn: tuple[list[int], list[float], int, int] | None = None  # tokens, logprobs, started, ended (ns)
 
 
 @torch.no_grad()
@@ -156,91 +183,150 @@ def rollout(
     prompts: Sequence[list[int]] | None = None,
     prefill: str = "",
     progress: Callable[[int, int], None] | None = None,
-    prefill_chunk: int = PREFILL_CHUNK,
+    engine: RolloutConfig | None = None,
 ) -> list[Trajectory]:
-    """Run one episode per question (repeat questions for a group) and return their trajectories.
+    """Run one episode per question (repeat questions for a group) and return their trajectories, in order.
 
     `prompts` replaces the rendered prompt ids (e.g. naive RAG's prompt with an observation already in it);
     `prefill` is text the environment writes at the start of every model turn (e.g. "<answer>" for the
     direct-answer baseline): it has mask 0 and is parsed as part of the turn. `progress(new_tokens,
-    finished_episodes)` is called after every decode step and every turn.
+    finished_episodes)` is called after every decode step and every tool step.
     """
+    ec = engine or RolloutConfig()
     t0 = time.perf_counter()
     stats = stats if stats is not None else RolloutStats()
     was_training = model.training
     model.eval()
+    device = next(model.parameters()).device
+    clock = _Clock(stats, device)
     prefill_ids = chat.encode(prefill) if prefill else []
     trajs = []
     for n, q in enumerate(questions):
-        ep = env.reset(q)
         prompt = list(prompts[n]) if prompts is not None else chat.prompt_ids(q.question)
-        t = Trajectory(ep, prompt_len=len(prompt))
+        t = Trajectory(env.reset(q), prompt_len=len(prompt))
         t.add(prompt, is_action=False)
         t.add(prefill_ids, is_action=False)
         trajs.append(t)
-    active = list(range(len(trajs)))
-    batch = _Batch(model, next(model.parameters()).device, prefill_chunk)
-    logits = batch.feed_prompts([t.input_ids for t in trajs], chat.pad_id)
-    while active:
-        budgets = [cfg.max_total_tokens - len(trajs[i].input_ids) for i in active]
-        turn = decode_turn(batch, logits, chat, budgets, cfg.max_tokens_per_turn, temperature, generator, stats,
-                           progress)  # fmt: skip
-        tt, tool_start = time.perf_counter(), time.time_ns()  # the environment answers every turn at once
-        results = env.step([trajs[i].episode for i in active], [prefill + chat.decode_turn(g) for g in turn.tokens])
-        stats.tool_seconds += time.perf_counter() - tt
-        tool_time = (tool_start, time.time_ns())
-        keep, chunks = [], []
-        for r, (i, res) in enumerate(zip(active, results)):
-            times = (turn.started, turn.ended[r]), tool_time
-            insert = record_turn(trajs[i], turn.tokens[r], turn.logprobs[r], times, res, chat, env, cfg, prefill_ids)
-            if insert is not None:
-                keep.append(r)
-                chunks.append(turn.unfed[r] + list(insert))
+    if not trajs:
+        return trajs
+    n_slots = min(len(trajs), ec.max_rows)
+    longest = max(len(t.input_ids) for t in trajs)
+    slots = _Slots(model, n_slots, max(cfg.max_total_tokens, longest + cfg.max_tokens_per_turn) + 2, ec)
+    max_turn = cfg.max_tokens_per_turn
+    stop_ids = torch.tensor(sorted(chat.stop_ids), dtype=torch.long, device=device)
+
+    queue = deque(range(len(trajs)))
+    free = list(range(n_slots))
+    owner = [-1] * n_slots  # trajectory of each slot
+    waiting: list[_Waiting] = []  # turn ended: tool call and insertion pending
+    logits = torch.zeros(n_slots, 0, device=device)  # next-token logits of each slot (sized at first prefill)
+    live = torch.zeros(n_slots, dtype=torch.bool, device=device)  # slots in a model turn
+    turn_tok = torch.zeros(n_slots, max_turn, dtype=torch.long, device=device)
+    turn_lp = torch.zeros(n_slots, max_turn, device=device)
+    turn_n = torch.zeros(n_slots, dtype=torch.long, device=device)
+    budget = torch.zeros(n_slots, dtype=torch.long, device=device)
+    started = [0] * n_slots
+
+    def admit() -> None:
+        while free and queue:
+            s, i = free.pop(0), queue.popleft()
+            owner[s], slots.lens[s] = i, 0
+            waiting.append(_Waiting(s, i, list(trajs[i].input_ids), fresh=True))
+
+    def feed_waiting() -> None:
+        """Tool calls of every waiting turn as one batch, then one prefill of their insertions (and prompts)."""
+        nonlocal logits
+        ended = [w for w in waiting if w.turn is not None]
+        if ended:
+            with clock("tools"):
+                tt, tool_start = time.perf_counter(), time.time_ns()
+                results = env.step([trajs[w.episode].episode for w in ended],
+                                   [prefill + chat.decode_turn(w.turn[0]) for w in ended])  # fmt: skip
+                stats.tool_seconds += time.perf_counter() - tt
+                tool_time = (tool_start, time.time_ns())
+            done = 0
+            with clock("bookkeeping"):
+                for w, res in zip(ended, results):
+                    tokens, lps, t_start, t_end = w.turn
+                    insert = record_turn(trajs[w.episode], tokens, lps, ((t_start, t_end), tool_time), res, chat,
+                                         env, cfg, prefill_ids)  # fmt: skip
+                    if insert is None:
+                        owner[w.slot], w.chunk = -1, []
+                        free.append(w.slot)
+                        done += 1
+                    else:
+                        w.chunk = [tokens[-1], *insert]  # the turn's last token was sampled, not yet fed
+            if progress is not None and done:
+                progress(0, done)
+            admit()  # freed slots take queued episodes at once
+        todo = [w for w in waiting if w.chunk]
+        waiting.clear()
+        if not todo:
+            return
+        with clock("prefill"):
+            # a group's episodes share their prompt: prefill each distinct chunk of new episodes once
+            first: dict[tuple[int, ...], _Waiting] = {}
+            fed, copies = [], []
+            for w in todo:
+                key = tuple(w.chunk) if w.fresh else None
+                if key is not None and key in first:
+                    copies.append((first[key].slot, w.slot))
+                else:
+                    if key is not None:
+                        first[key] = w
+                    fed.append(w)
+            out = slots.prefill([w.slot for w in fed], [w.chunk for w in fed], chat.pad_id)
+            stats.prefill_tokens += sum(len(w.chunk) for w in fed)
+            if logits.shape[1] == 0:
+                logits = out.new_zeros(n_slots, out.shape[1])
+            idx = torch.tensor([w.slot for w in fed], dtype=torch.long, device=device)
+            logits[idx] = out
+            if copies:
+                src, dst = [s for s, _ in copies], [d for _, d in copies]
+                slots.share(src, dst)
+                logits[dst] = logits[src]
+        now = time.time_ns()
+        for w in todo:
+            s, t = w.slot, trajs[w.episode]
+            live[s], turn_n[s] = True, 0
+            budget[s] = max(1, min(max_turn, cfg.max_total_tokens - len(t.input_ids)))
+            started[s] = now
+
+    admit()
+    while waiting or bool(live.any()):  # every episode has ended when no slot waits or decodes
+        n_live = int(live.sum())
+        if waiting and (not n_live or len(waiting) >= ec.refill_fraction * (len(waiting) + n_live)):
+            feed_waiting()
+            continue
+        with clock("sample"):
+            rows = torch.nonzero(live).squeeze(-1)
+            tok, lp, ent = _sample(logits[rows], temperature, generator)
+            turn_tok[rows, turn_n[rows]] = tok
+            turn_lp[rows, turn_n[rows]] = lp.to(turn_lp.dtype)
+            turn_n[rows] += 1
+            stop = torch.isin(tok, stop_ids) | (turn_n[rows] >= budget[rows])
+            stats.entropy_sum += float(ent.sum())
+            stats.generated_tokens += len(rows)
         if progress is not None:
-            progress(0, len(active) - len(keep))
-        active = [active[r] for r in keep]
-        if active:
-            batch.keep(keep)
-            logits = batch.feed(chunks, chat.pad_id)
-    stats.forward_calls += batch.calls
+            progress(len(rows), 0)
+        with clock("bookkeeping"):
+            if bool(stop.any()):
+                now = time.time_ns()
+                for s in rows[stop].tolist():
+                    k = int(turn_n[s])
+                    turn = (turn_tok[s, :k].tolist(), turn_lp[s, :k].tolist(), started[s], now)
+                    waiting.append(_Waiting(s, owner[s], turn=turn))
+                    live[s] = False
+                rows, tok = rows[~stop], tok[~stop]
+        if len(rows):
+            with clock("decode"):
+                logits[rows] = slots.decode(rows, tok, chat.pad_id)
+                stats.decode_steps += 1
+                stats.row_steps += slots.n if len(rows) >= ec.full_step_fraction * slots.n else len(rows)
+    stats.forward_calls += slots.calls
     stats.seconds += time.perf_counter() - t0
     model.train(was_training)
     return trajs
-
-
-def decode_turn(batch: _Batch, logits: torch.Tensor, chat: ChatFormat, budgets: list[int], max_tokens: int,
-                temperature: float, generator: torch.Generator | None, stats: RolloutStats,
-                progress: Callable[[int, int], None] | None = None) -> Turn:  # fmt: skip
-    """Sample a turn for every row of `batch`, one token per step for all rows together. A row stops at a stop
-    id or at its token budget and feeds holes until every row has stopped (or `max_tokens`)."""
-    n = len(budgets)
-    tokens: list[list[int]] = [[] for _ in range(n)]
-    logprobs: list[list[float]] = [[] for _ in range(n)]
-    live = torch.ones(n, dtype=torch.bool)
-    sampled = live
-    started = time.time_ns()
-    ended = [started] * n
-    for step in range(max_tokens):
-        tok, lp, ent = _sample(logits, temperature, generator)
-        sampled = live.clone()
-        stats.entropy_sum += float(ent.cpu()[sampled].sum())
-        toks, lps = tok.tolist(), lp.tolist()
-        for r in torch.nonzero(sampled).squeeze(-1).tolist():
-            tokens[r].append(toks[r])
-            logprobs[r].append(lps[r])
-            if toks[r] in chat.stop_ids or len(tokens[r]) >= budgets[r]:
-                live[r] = False
-                ended[r] = time.time_ns()
-        stats.generated_tokens += int(sampled.sum())
-        if progress is not None:
-            progress(int(sampled.sum()), 0)
-        if not live.any() or step == max_tokens - 1:
-            break
-        feed = [[toks[r]] if s else [chat.pad_id] for r, s in enumerate(sampled.tolist())]
-        logits = batch.feed_masked(feed, sampled, chat.pad_id, live)
-    now, live_rows, fed = time.time_ns(), live.tolist(), sampled.tolist()
-    ended = [now if live_rows[r] else ended[r] for r in range(n)]  # rows cut at max_tokens end now
-    return Turn(tokens, logprobs, [[g[-1]] if fed[r] else [] for r, g in enumerate(tokens)], started, ended)
 
 
 Span = tuple[int, int]

@@ -16,7 +16,7 @@ from components.agent.env import ToolEnv
 from components.agent.parser import ANSWER_OPEN, call_text
 from components.agent.rewards import exact_match, f1
 from components.agent.tools import SearchTool
-from components.config import AgentConfig
+from components.config import AgentConfig, RolloutConfig
 from components.data.schema import Question
 from components.retrieval.base import SearchBackend
 from components.rollout.chat import ChatFormat
@@ -29,7 +29,7 @@ from components.rollout.trajectory import Trajectory
 Mode = Literal["agent", "direct", "naive_rag"]
 
 
-BATCH_TOKENS = 131072  # default token budget of one evaluation batch (see token_batches)
+BATCH_TOKENS = 131072  # default bound of the KV cache: rows x the longest possible row
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,9 @@ def evaluate_agent(
     batch_tokens: int = BATCH_TOKENS,
     stats: RolloutStats | None = None,
     desc: str | None = None,
+    engine: RolloutConfig | None = None,
 ) -> list[AgentResult]:
-    """Greedy episodes in batches of at most `batch_tokens` (rows x their longest possible length)."""
+    """Greedy episodes, at most `batch_tokens` (rows x the longest possible row) in the KV cache at once."""
     chat = ChatFormat.for_agent(tokenizer, agent, getattr(model, "generation_config", None))
     if mode != "agent":
         agent = agent.model_copy(update={"max_turns": 1})
@@ -96,15 +97,15 @@ def evaluate_agent(
     else:
         prompts = [chat.prompt_ids(q.question) for q in questions]
     extra = len(chat.encode(prefill)) if prefill else 0
-    bounds = [row_bound(len(p) + extra, agent) for p in prompts]
-    out: list[AgentResult | None] = [None] * len(questions)
+    bound = max((row_bound(len(p) + extra, agent) for p in prompts), default=1)
+    engine = engine or RolloutConfig()
+    rows = max(1, min(engine.max_rows, batch_tokens // bound))  # the KV cache's rows x columns
+    engine = engine.model_copy(update={"max_rows": rows})
     with GenerationProgress(len(questions), desc or mode) as bar:
-        for idx in token_batches(bounds, batch_tokens):
-            trajs = rollout(model, chat, env, [questions[i] for i in idx], agent, temperature=0.0, stats=stats,
-                            prompts=[prompts[i] for i in idx], prefill=prefill, progress=bar)  # fmt: skip
-            for i, t in zip(idx, trajs):
-                out[i] = _result(t, chat, plain=mode != "agent")
-    return out  # type: ignore[return-value]
+        trajs = rollout(model, chat, env, questions, agent, temperature=0.0, stats=stats, prompts=prompts,
+                        prefill=prefill, progress=bar, engine=engine)  # fmt: skip
+    out = [_result(t, chat, plain=mode != "agent") for t in trajs]
+    return out
 
 
 def row_bound(prompt_len: int, agent: AgentConfig) -> int:
@@ -115,23 +116,6 @@ def row_bound(prompt_len: int, agent: AgentConfig) -> int:
     if agent.max_turns == 1:
         return min(prompt_len + agent.max_tokens_per_turn, max(prompt_len, agent.max_total_tokens))
     return max(prompt_len, agent.max_total_tokens)
-
-
-def token_batches(bounds: Sequence[int], budget: int) -> list[list[int]]:
-    """Row indices in batches whose rows x longest bound stay within `budget` (one row at least).
-
-    Everything in one batch keeps the given order; otherwise rows are packed shortest first.
-    """
-    if not bounds:
-        return []
-    if len(bounds) * max(bounds) <= budget:
-        return [list(range(len(bounds)))]
-    batches: list[list[int]] = [[]]
-    for i in sorted(range(len(bounds)), key=lambda i: bounds[i]):
-        if batches[-1] and (len(batches[-1]) + 1) * bounds[i] > budget:
-            batches.append([])
-        batches[-1].append(i)
-    return batches
 
 
 def _result(t: Trajectory, chat: ChatFormat, plain: bool) -> AgentResult:

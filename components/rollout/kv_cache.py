@@ -1,58 +1,102 @@
-"""The rollout's KV cache: transformers' dynamic cache, with room to grow.
+"""The rollout's KV cache: one fixed row ("slot") per running episode, written in place at each row's own length.
 
-`DynamicLayer` concatenates every new column onto the whole cache, so each decode step copies all of it. Here each
-layer writes into a buffer that doubles when full and hands the model a view of the filled columns.
+Rows never share a column layout, so there are no padding holes and nothing is concatenated per token: a decode
+step writes one column per row at that row's length; a prefill writes a few rows' new tokens and reads those rows
+back (`plan`). Attention sees columns [0, width) with a mask per row (the engine builds it). The buffer's width
+doubles when a row outgrows it, up to the engine's `max_len`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers.cache_utils import Cache, CacheLayerMixin
 
-MIN_CAPACITY = 64  # columns
+MIN_WIDTH = 64  # columns
 
 
-class GrowingLayer(DynamicLayer):
-    """What the rollout needs of a cache layer: append columns, keep rows. Anything else is refused."""
+@dataclass
+class WritePlan:
+    """Where the next forward's key/value columns go, shared by every layer.
+
+    `rows` is None for a step over every slot (one new column each, at `positions[row]`); otherwise the forward
+    runs over these rows only, and token (i, j) of its input goes to column positions[i, j] of slot rows[i]
+    where `real[i, j]` (padding is not written). `width` columns are handed to attention."""
+
+    positions: torch.Tensor
+    width: int
+    rows: torch.Tensor | None = None
+    real: torch.Tensor | None = None
+
+
+class SlotLayer(CacheLayerMixin):
+    is_sliding = False
+    is_compileable = False
+
+    def __init__(self, cache: SlotCache):
+        super().__init__()
+        self.cache = cache
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        super().lazy_initialization(key_states, value_states)
-        self.key_buf = self.value_buf = None
-        self.length = 0
+        c = self.cache
+        shape = (c.slots, key_states.shape[1], min(c.max_len, MIN_WIDTH), key_states.shape[-1])
+        self.keys = key_states.new_zeros(shape)
+        self.values = value_states.new_zeros(shape)
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
-        if self.key_buf is None or end > self.key_buf.shape[-2]:
-            self._grow(key_states, value_states, max(end, 2 * self.length, MIN_CAPACITY))
-        self.key_buf[..., self.length : end, :] = key_states
-        self.value_buf[..., self.length : end, :] = value_states
-        self.length = end
-        return self._view()
+        plan = self.cache.plan
+        if plan.width > self.keys.shape[2]:
+            self._grow(plan.width)
+        if plan.rows is None:  # one column per slot
+            slots = torch.arange(self.keys.shape[0], device=self.keys.device)
+            self.keys[slots, :, plan.positions] = key_states[:, :, 0]
+            self.values[slots, :, plan.positions] = value_states[:, :, 0]
+            return self.keys[:, :, : plan.width], self.values[:, :, : plan.width]
+        i, j = torch.nonzero(plan.real, as_tuple=True)
+        rows, cols = plan.rows[i], plan.positions[i, j]
+        self.keys[rows, :, cols] = key_states[i, :, j]
+        self.values[rows, :, cols] = value_states[i, :, j]
+        return self.keys[plan.rows, :, : plan.width], self.values[plan.rows, :, : plan.width]
 
-    def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, capacity: int) -> None:
-        shape = (*key_states.shape[:-2], capacity, key_states.shape[-1])
-        keys, values = key_states.new_empty(shape), value_states.new_empty(shape)
-        if self.length:
-            keys[..., : self.length, :], values[..., : self.length, :] = self.keys, self.values
-        self.key_buf, self.value_buf = keys, values
+    def _grow(self, width: int) -> None:
+        c = self.cache
+        new = min(c.max_len, max(width, 2 * self.keys.shape[2]))
+        keys = self.keys.new_zeros((*self.keys.shape[:2], new, self.keys.shape[-1]))
+        values = self.values.new_zeros(keys.shape)
+        keys[:, :, : self.keys.shape[2]] = self.keys
+        values[:, :, : self.values.shape[2]] = self.values
+        self.keys, self.values = keys, values
 
-    def _view(self) -> tuple[torch.Tensor, torch.Tensor]:
-        self.keys, self.values = self.key_buf[..., : self.length, :], self.value_buf[..., : self.length, :]
-        return self.keys, self.values
+    def copy_rows(self, src: torch.Tensor, dst: torch.Tensor, width: int) -> None:
+        self.keys[dst, :, :width] = self.keys[src, :, :width]
+        self.values[dst, :, :width] = self.values[src, :, :width]
 
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self.length:
-            self.key_buf, self.value_buf = self.key_buf[indices], self.value_buf[indices]
-            self._view()
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.cache.plan.width, 0
 
-    def crop(self, max_length: int) -> None:
-        raise NotImplementedError("GrowingLayer only appends columns and keeps rows")
+    def get_seq_length(self) -> int:
+        return self.cache.plan.width if self.cache.plan is not None else 0
 
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        raise NotImplementedError("GrowingLayer only appends columns and keeps rows")
+    def get_max_cache_shape(self) -> int:
+        return self.cache.max_len
 
 
-def growing_cache() -> Cache:
-    return Cache(layer_class_to_replicate=GrowingLayer)
+class SlotCache(Cache):
+    """`slots` rows of at most `max_len` columns in every layer; the engine sets `plan` before each forward."""
+
+    def __init__(self, num_layers: int, slots: int, max_len: int):
+        self.slots, self.max_len = slots, max_len
+        self.plan: WritePlan | None = None
+        super().__init__(layers=[SlotLayer(self) for _ in range(num_layers)])
+
+    def copy_rows(self, src: list[int], dst: list[int], width: int) -> None:
+        """Slots `dst` get the first `width` columns of slots `src` (episodes that share a prompt)."""
+        for layer in self.layers:
+            if layer.is_initialized:
+                device = layer.keys.device
+                layer.copy_rows(torch.tensor(src, device=device), torch.tensor(dst, device=device), width)

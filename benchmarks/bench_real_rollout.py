@@ -1,0 +1,195 @@
+"""Rollout engine speed against its references, side by side in one run, for the real and the tiny model.
+
+For each model and batch (episodes = questions x group), on the same machine in the same process:
+  - the engine: generated tokens/s, episode tokens/s (every token of every trajectory), seconds per episode, and
+    where its time went (prefill, decode forwards, sampling, bookkeeping, tools);
+  - a plain HF decode loop: `model(input_ids=tok, past_key_values=DynamicCache())` after a 200-token prompt, greedy,
+    the same batch, in the engine's dtype (and fp32);
+  - the GEMM ceiling: a [batch, hidden] x [hidden, intermediate] matmul's GFLOP/s over the model's FLOPs per token;
+  - one RL step of the local trainer (8 questions x 8 episodes by default): rollout and update seconds.
+
+    python benchmarks/bench_real_rollout.py --real-params 'profile=real' --tiny-params '' --batches 16 64 128
+
+Needs each profile's prepare, index and base_model outputs (`agentr1 prepare/validate/index/base-model [-S ...]`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import random
+import subprocess
+import time
+
+import torch
+import yaml
+from transformers import DynamicCache
+
+from components import artifacts
+from components.config import load_config
+from components.data.prepare import read_questions
+from components.model.loading import RolloutWeights, autocast, load_model, pick_device
+from components.retrieval.factory import make_backend
+from components.rl.train import Trainer, split_questions
+from components.rollout.chat import ChatFormat
+from components.rollout.engine import RolloutStats, rollout
+from components.rollout.evaluate import make_env
+from components.tracking.tracker import NullTracker  # noqa: F401  (Trainer's tracker-free use)
+
+
+def cpu_line() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
+    flags = set(next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), []))
+    kinds = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    return f"{model or platform.processor()}, {torch.get_num_threads()} threads, flags: {' '.join(kinds)}"
+
+
+def flops_per_token(model) -> float:
+    """2 x the parameters a token multiplies through (decoder body and output head; embeddings are lookups)."""
+    body = sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" not in n)
+    head = model.get_output_embeddings().weight.numel()
+    tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    return 2.0 * (body + (head if tied else 0))
+
+
+def gemm_ceiling(model, rows: int, dtype: torch.dtype, seconds: float = 1.5) -> tuple[float, float]:
+    """GFLOP/s of the model's widest decode matmul at `rows` rows, and the tokens/s that rate allows."""
+    h, i = model.config.hidden_size, model.config.intermediate_size
+    x, w = torch.randn(rows, h, dtype=dtype), torch.randn(i, h, dtype=dtype)
+    torch.nn.functional.linear(x, w)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        torch.nn.functional.linear(x, w)
+        n += 1
+    gflops = 2 * rows * h * i * n / (time.perf_counter() - t0) / 1e9
+    return gflops, gflops * 1e9 / flops_per_token(model)
+
+
+@torch.no_grad()
+def plain_decode(model, rows: int, prompt_len: int = 200, new_tokens: int = 48) -> float:
+    """Generated tokens/s of a plain greedy loop over transformers' DynamicCache (no masks, no holes)."""
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(100, model.config.vocab_size - 100, (rows, prompt_len), generator=gen)
+    cache = DynamicCache()
+    out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+    tok = out.logits[:, -1].argmax(-1, keepdim=True)
+    t0 = time.perf_counter()
+    for _ in range(new_tokens):
+        out = model(input_ids=tok, past_key_values=cache, use_cache=True)
+        tok = out.logits[:, -1].argmax(-1, keepdim=True)
+    return rows * new_tokens / (time.perf_counter() - t0)
+
+
+def engine_run(cfg, model, tok, questions, group: int, seed: int = 0) -> dict:
+    chat = ChatFormat.for_agent(tok, cfg.agent)
+    backend = make_backend(cfg)
+    env = make_env(backend, questions, cfg.agent, cfg.retrieval.top_k, chat)
+    stats = RolloutStats()
+    eps = [q for q in questions for _ in range(group)]
+    trajs = rollout(model, chat, env, eps, cfg.agent, temperature=cfg.train.temperature,
+                    generator=torch.Generator().manual_seed(seed), stats=stats, engine=cfg.rollout)  # fmt: skip
+    tokens = sum(len(t.input_ids) for t in trajs)
+    return {
+        "episodes": len(eps),
+        "seconds": stats.seconds,
+        "s_per_episode": stats.seconds / len(eps),
+        "generated_tok_s": stats.tokens_per_s,
+        "episode_tok_s": tokens / stats.seconds,
+        "generated": stats.generated_tokens,
+        "prefilled": stats.prefill_tokens,
+        "turns": sum(t.episode.turns for t in trajs) / len(trajs),
+        "answered": sum(t.episode.answer is not None for t in trajs) / len(trajs),
+        "phases": {k: round(v, 2) for k, v in stats.phase_seconds.items()},
+        "row_fill": stats.generated_tokens / max(1, stats.row_steps),  # share of computed decode rows that sampled
+    }
+
+
+def rl_step(cfg, questions, group: int) -> dict:
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={
+        "questions_per_step": len(questions), "group_size": group, "entropy_coef": 1e-9})})  # fmt: skip
+    policy, tok = load_model(artifacts.base_model(cfg), cfg, pick_device(cfg))
+    trainer = Trainer(cfg, policy, tok, make_backend(cfg), questions, {})
+    metrics, trajs = trainer.step(0)
+    tokens = sum(len(t.input_ids) for t in trajs)
+    return {"rollout_s": metrics["rollout_s"], "update_s": metrics["update_s"],
+            "step_s": metrics["rollout_s"] + metrics["update_s"], "update_tok_s": tokens / metrics["update_s"]}  # fmt: skip
+
+
+def bench_model(name: str, sets: list[str], batches: list[int], group: int, rl_questions: int, threads: int) -> list[dict]:
+    overrides = dict(s.split("=", 1) for s in sets if s)
+    cfg = load_config("params.yaml", {k: yaml.safe_load(v) for k, v in overrides.items()})
+    device = pick_device(cfg)
+    train_qs = split_questions(read_questions(artifacts.questions(cfg)), cfg.train.datasets, "train")
+    policy, tok = load_model(artifacts.base_model(cfg), cfg, device)
+    actor = RolloutWeights(policy, cfg)
+    dtype = next(actor.model.parameters()).dtype
+    rows = []
+    for batch in batches:
+        qs = random.Random(batch).sample(train_qs, max(1, batch // group))
+        with autocast(cfg, device) if actor.model is policy else torch.autocast("cpu", enabled=False):
+            eng = engine_run(cfg, actor.model, tok, qs, group)
+        plain = plain_decode(actor.model, eng["episodes"])
+        plain32 = plain_decode(policy, eng["episodes"]) if dtype != torch.float32 else plain
+        gflops, ceiling = gemm_ceiling(actor.model, eng["episodes"], dtype)
+        rows.append({"model": name, "dtype": str(dtype).removeprefix("torch."), **eng, "plain_tok_s": plain,
+                     "plain_fp32_tok_s": plain32, "gemm_gflops": gflops, "ceiling_tok_s": ceiling,
+                     "vs_plain": eng["generated_tok_s"] / plain})  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+    if rl_questions:
+        qs = random.Random(7).sample(train_qs, rl_questions)
+        rows.append({"model": name, "rl_step": f"{rl_questions}x{group}", **rl_step(cfg, qs, group)})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def markdown(rows: list[dict], header: str) -> str:
+    out = [header, "",
+           "| model | episodes | dtype | engine gen tok/s | episode tok/s | s / episode | plain loop tok/s (fp32) "
+           "| engine / plain | GEMM GFLOP/s | ceiling tok/s | decode rows used |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        if "episodes" in r:
+            out.append(f"| {r['model']} | {r['episodes']} | {r['dtype']} | {r['generated_tok_s']:.1f} | "
+                       f"{r['episode_tok_s']:.0f} | {r['s_per_episode']:.2f} | {r['plain_tok_s']:.0f} "
+                       f"({r['plain_fp32_tok_s']:.0f}) | {r['vs_plain']:.2f}x | {r['gemm_gflops']:.0f} | "
+                       f"{r['ceiling_tok_s']:.0f} | {r['row_fill']:.0%} |")  # fmt: skip
+    out += ["", "Where the engine's time went (seconds):", "",
+            "| model | episodes | total | prefill | decode | sample | bookkeeping | tools | tokens prefilled / generated |",
+            "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        if "episodes" in r:
+            p = r["phases"]
+            out.append(f"| {r['model']} | {r['episodes']} | {r['seconds']:.1f} | {p['prefill']} | {p['decode']} | "
+                       f"{p['sample']} | {p['bookkeeping']} | {p['tools']} | {r['prefilled']} / {r['generated']} |")
+    steps = [r for r in rows if "rl_step" in r]
+    if steps:
+        out += ["", "| model | RL step | rollout s | update s | step s | update tok/s |", "|---|---|---|---|---|---|"]
+        out += [f"| {r['model']} | {r['rl_step']} | {r['rollout_s']:.1f} | {r['update_s']:.1f} | {r['step_s']:.1f} | "
+                f"{r['update_tok_s']:.0f} |" for r in steps]  # fmt: skip
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--real-params", nargs="*", default=["profile=real"], help="key=value overrides of the real run")
+    ap.add_argument("--tiny-params", nargs="*", default=[], help="key=value overrides of the tiny run")
+    ap.add_argument("--models", nargs="+", default=["real", "tiny"])
+    ap.add_argument("--batches", type=int, nargs="+", default=[16, 64, 128])
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--rl-questions", type=int, default=8, help="questions of the timed RL step (0: none)")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    rows = []
+    for name in args.models:
+        sets = args.real_params if name == "real" else args.tiny_params
+        rows += bench_model(name, sets, args.batches, args.group, args.rl_questions, args.threads)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    header = f"Machine: {cpu_line()}. Date: {datetime.date.today()}. Commit: {commit}."
+    print(markdown(rows, header))
+
+
+if __name__ == "__main__":
+    main()
