@@ -21,8 +21,10 @@ from components.retrieval.factory import make_backend
 from components.rl.batch import collate
 from components.rl.losses import policy_logprobs
 from components.rl.train import Trainer
+from components.rollout.chat import ChatFormat
 from components.rollout.engine import rollout
-from components.rollout.evaluate import evaluate_agent, summarize
+from components.rollout.evaluate import evaluate_agent, make_env, summarize
+from components.rollout.reference import reference_rollout
 from tests.conftest import ROOT as repo_root
 from tests.terminal import in_pty, terminal_env
 
@@ -151,3 +153,22 @@ def test_every_algorithm_updates_the_real_model(real, episodes, algorithm):
     assert metrics["skipped_nonfinite"] == 0 and metrics["grad_norm"] > 0
     assert ("value_loss" in metrics) == (algorithm == "ppo")
     assert any(not torch.equal(p, before[n]) for n, p in trainer.policy.named_parameters() if n in before)
+
+
+def test_greedy_engine_episodes_equal_the_reference_and_a_full_forward(real):
+    """The engine's greedy episodes are the reference rollout's (one `generate` per episode and turn), and their
+    recorded log-probs are a fresh full forward pass's, on the real model."""
+    cfg, questions, backend, policy, tok, *_ = real
+    chat = ChatFormat.for_agent(tok, cfg.agent, policy.generation_config)
+    qs = questions[:4]
+    want = reference_rollout(policy, chat, make_env(backend, qs, cfg.agent, cfg.retrieval.top_k, chat), qs, cfg.agent)
+    got = rollout(policy, chat, make_env(backend, qs, cfg.agent, cfg.retrieval.top_k, chat), qs, cfg.agent,
+                  temperature=0.0)  # fmt: skip
+    assert [g.input_ids for g in got] == [w.input_ids for w in want]
+    assert [g.action_mask for g in got] == [w.action_mask for w in want]
+    for t in got:
+        ids = torch.tensor([t.input_ids])
+        with torch.no_grad():
+            logp = policy(input_ids=ids).logits.float().log_softmax(-1)[0, :-1].gather(-1, ids[0, 1:, None])[:, 0]
+        mask = torch.tensor(t.action_mask[1:], dtype=torch.bool)
+        assert torch.allclose(logp[mask], torch.tensor(t.logprobs[1:])[mask], atol=2e-3)

@@ -1,0 +1,74 @@
+"""The engine against the reference rollout (one `generate` per episode and turn): the same greedy episodes, token
+for token, with the same action masks and log-probs, under both attention implementations and many row budgets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from components.config import AgentConfig, RolloutConfig, SyntheticConfig
+from components.data.synthetic import generate_world
+from components.retrieval.embedded import EmbeddedBackend
+from components.rollout.chat import ChatFormat
+from components.rollout.engine import rollout
+from components.rollout.evaluate import make_env
+from components.rollout.reference import reference_rollout
+
+PRIMED = Path(__file__).parent / "fixtures" / "primed"
+WORLD_SEED = 20251 + 7  # the learning test's world: the primed model's tokenizer and format were made on it
+
+
+@dataclass
+class Primed:
+    """The learning test's primed tiny model on its world: it calls the search tool, reads, and answers, so its
+    episodes end at different turns and token counts (a random model's all run to the limits)."""
+
+    world: object
+    backend: EmbeddedBackend
+    model: object
+    chat: ChatFormat
+    agent: AgentConfig
+
+    def env(self):
+        return make_env(self.backend, self.world.questions("dev"), self.agent, 1)
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    (path,) = [p for p in PRIMED.iterdir() if p.is_dir()]
+    world = generate_world(SyntheticConfig(seed=WORLD_SEED))
+    backend = EmbeddedBackend(tmp_path_factory.mktemp("index"), seed=0)
+    backend.build(world.name, world.passages())
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    agent = AgentConfig(max_turns=3, max_tokens_per_turn=48, system_prompt=False)
+    yield Primed(world, backend, model, ChatFormat.for_agent(tok, agent), agent)
+    backend.close()
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "sdpa_gqa"])
+@pytest.mark.parametrize("engine", [RolloutConfig(), RolloutConfig(max_rows=3, refill_fraction=0.0),
+                                    RolloutConfig(max_rows=5, refill_fraction=1.0, full_step_fraction=1.0)])
+def test_greedy_episodes_equal_the_reference(toy, attention, engine):
+    import components.model.attention  # noqa: F401  (registers sdpa_gqa)
+
+    toy.model.set_attn_implementation(attention)
+    qs = toy.world.questions("dev")[:12]
+    want = reference_rollout(toy.model, toy.chat, toy.env(), qs, toy.agent)
+    got = rollout(toy.model, toy.chat, toy.env(), qs, toy.agent, temperature=0.0, engine=engine)
+    for g, w in zip(got, want):
+        assert g.input_ids == w.input_ids and g.action_mask == w.action_mask and g.rewards == w.rewards
+        assert torch.allclose(torch.tensor(g.logprobs), torch.tensor(w.logprobs), atol=1e-4)
+    assert len({len(t.input_ids) for t in got}) > 1  # rows of different lengths shared the cache
+    assert any(t.episode.answer is not None for t in got)  # turns ended on the end-of-turn id, episodes on answers
+
+
+def test_a_prefilled_answer_tag_matches_the_reference(toy):
+    qs = toy.world.questions("dev")[12:16]
+    want = reference_rollout(toy.model, toy.chat, toy.env(), qs, toy.agent, prefill="<answer>")
+    got = rollout(toy.model, toy.chat, toy.env(), qs, toy.agent, temperature=0.0, prefill="<answer>")
+    assert [g.input_ids for g in got] == [w.input_ids for w in want]
