@@ -387,6 +387,9 @@ class TrainConfig(Section):
                                  description="train-split questions used: data.datasets names or synthetic(_cf)")
     num_threads: int | None = Field(default=1, ge=1, description="torch CPU threads; None = torch default")
     algorithm: Algorithm = "grpo"
+    keep_frozen_hidden: bool = Field(
+        default=True, description="with trainable_layers: the rollout keeps the frozen layers' output and the update "
+        "starts from it instead of recomputing them")  # fmt: skip
     trainable_layers: int | None = Field(default=None, ge=1, description="train only the top N decoder layers (+ final norm)")
     gradient_checkpointing: bool = Field(default=False, description="recompute activations in the backward pass")
     steps: int = Field(default=200, ge=0)

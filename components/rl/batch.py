@@ -21,6 +21,8 @@ class Batch:
     token_rewards: torch.Tensor  # (B, R) process rewards on call-closing tokens, outcome on the last action
     index: np.ndarray  # (B,) question id: the group of each rollout
     prompt_width: int  # P
+    hidden: torch.Tensor | None = None  # (B, P+R, H): the input of decoder layer `hidden_layer`, kept by the rollout
+    hidden_layer: int = 0
 
     @property
     def responses(self) -> torch.Tensor:
@@ -53,15 +55,18 @@ class Batch:
         lo = int((b.attention_mask[:, :P].sum(-1)).max())
         lo = P - lo
         kw = {f.name: getattr(b, f.name) for f in fields(b)}
-        for k in ("input_ids", "attention_mask", "position_ids"):
-            kw[k] = kw[k][:, lo : P + r]
+        for k in ("input_ids", "attention_mask", "position_ids", "hidden"):
+            if kw[k] is not None:
+                kw[k] = kw[k][:, lo : P + r]
         for k in ("action_mask", "response_mask", "token_rewards"):
             kw[k] = kw[k][:, :r]
         kw["prompt_width"] = P - lo
         return Batch(**kw), r
 
 
-def collate(trajs: Sequence[Trajectory], pad_id: int) -> Batch:
+def collate(trajs: Sequence[Trajectory], pad_id: int, hidden_layer: int | None = None) -> Batch:
+    """verl's layout of `trajs`. With `hidden_layer`, the batch also carries the trajectories' kept hidden states
+    (`Trajectory.hidden`, the input of that decoder layer) so an update can start there."""
     P = max(t.prompt_len for t in trajs)
     R = max(t.response_len for t in trajs)
     B = len(trajs)
@@ -76,6 +81,13 @@ def collate(trajs: Sequence[Trajectory], pad_id: int) -> Batch:
         action[i, :r] = torch.tensor(t.action_mask[p:], dtype=torch.float32)
         rewards[i, :r] = torch.tensor(t.rewards[p:], dtype=torch.float32)
     position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
+    hidden = None
+    if hidden_layer is not None:
+        if any(t.hidden is None for t in trajs):
+            raise ValueError(f"collate: hidden_layer={hidden_layer} but a trajectory kept no hidden states")
+        hidden = trajs[0].hidden.new_zeros(B, P + R, trajs[0].hidden.shape[-1])
+        for i, t in enumerate(trajs):
+            hidden[i, P - t.prompt_len : P - t.prompt_len + len(t.hidden)] = t.hidden
     return Batch(
         input_ids=ids,
         attention_mask=attn,
@@ -85,4 +97,6 @@ def collate(trajs: Sequence[Trajectory], pad_id: int) -> Batch:
         token_rewards=rewards,
         index=np.array([t.episode.question.id for t in trajs], dtype=object),
         prompt_width=P,
+        hidden=hidden,
+        hidden_layer=hidden_layer or 0,
     )

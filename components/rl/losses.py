@@ -8,15 +8,22 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos
 
 from components.config import TrainConfig
+from components.model.top_layers import top_forward
 from components.rl.batch import Batch
 
 
 def response_hidden(model, batch: Batch) -> torch.Tensor:
-    """Hidden states at the positions that predict each response token: (B, R, H)."""
+    """Hidden states at the positions that predict each response token: (B, R, H). When the batch carries a
+    frozen layer's input from the rollout, only the layers from there on run."""
+    P, R = batch.prompt_width, batch.responses.shape[1]
+    if batch.hidden is not None:
+        dtype = next(model.parameters()).dtype
+        last = top_forward(model.base_model, batch.hidden.to(dtype), batch.attention_mask, batch.position_ids,
+                           batch.hidden_layer)  # fmt: skip
+        return last[:, P - 1 : P + R - 1]
     out = model.base_model(
         input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
     )
-    P, R = batch.prompt_width, batch.responses.shape[1]
     return out.last_hidden_state[:, P - 1 : P + R - 1]
 
 

@@ -27,6 +27,7 @@ from components.data.prepare import read_questions
 from components.data.schema import Question
 from components.io import atomic_path
 from components.model.loading import RolloutWeights, autocast, freeze_below, load_model, pick_device
+from components.model.top_layers import frozen_layers
 from components.retrieval.factory import make_backend
 from components.rl import checkpoint as ckpt
 from components.rl.advantages import compute_advantages
@@ -72,6 +73,9 @@ class Trainer:
         if self.tc.kl_coef > 0:
             self.ref = copy.deepcopy(policy).eval().requires_grad_(False)
         self.actor = RolloutWeights(policy, cfg)  # what rollouts and evaluations run on
+        # the rollout keeps the first trained layer's input; the update then starts there (frozen layers skipped)
+        frozen = frozen_layers(policy, self.tc.trainable_layers)
+        self.keep_layer = frozen if frozen and self.tc.keep_frozen_hidden else None
 
     def rollout_amp(self):
         """Autocast for the rollout when it runs on the policy itself (a bf16 copy computes in bf16 already)."""
@@ -96,9 +100,9 @@ class Trainer:
         with self.rollout_amp():
             trajs = rollout(self.actor.model, self.chat, self.env, [q for q in qs for _ in range(self.tc.group_size)],
                             self.cfg.agent, temperature=self.tc.temperature, generator=gen, stats=stats,
-                            engine=self.cfg.rollout)  # fmt: skip
+                            engine=self.cfg.rollout, capture_layer=self.keep_layer)  # fmt: skip
         t1 = time.perf_counter()
-        batch = collate(trajs, self.chat.pad_id).to(self.device)
+        batch = collate(trajs, self.chat.pad_id, self.keep_layer).to(self.device)
         update = self.update(batch, step)
         t2 = time.perf_counter()
         eps = [t.episode for t in trajs]

@@ -74,13 +74,31 @@ class _Clock:
 class _Slots:
     """The model over a SlotCache: feed chunks to some rows (prefill) or one token to many (decode)."""
 
-    def __init__(self, model, n: int, max_len: int, ec: RolloutConfig):
+    def __init__(self, model, n: int, max_len: int, ec: RolloutConfig, capture_layer: int | None = None):
         self.body, self.head = model.get_decoder(), model.get_output_embeddings()
         self.device = next(model.parameters()).device
         self.n, self.ec = n, ec
         self.cache = SlotCache(model.config.num_hidden_layers, n, max_len)
         self.lens = torch.zeros(n, dtype=torch.long, device=self.device)  # columns written per slot
         self.calls = 0
+        self.hidden = None  # with capture_layer: the input of that layer at every column of every slot
+        self.hook = None
+        if capture_layer is not None:
+            dtype = next(model.parameters()).dtype
+            self.hidden = torch.zeros(n, max_len, model.config.hidden_size, dtype=dtype, device=self.device)
+            self.hook = self.body.layers[capture_layer].register_forward_pre_hook(self._capture)
+
+    def _capture(self, module, args) -> None:
+        h, plan = args[0], self.cache.plan
+        if plan.rows is None:
+            self.hidden[torch.arange(self.n, device=self.device), plan.positions] = h[:, 0].to(self.hidden.dtype)
+        else:
+            i, j = torch.nonzero(plan.real, as_tuple=True)
+            self.hidden[plan.rows[i], plan.positions[i, j]] = h[i, j].to(self.hidden.dtype)
+
+    def close(self) -> None:
+        if self.hook is not None:
+            self.hook.remove()
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, plan: WritePlan):
         self.cache.plan = plan
@@ -145,6 +163,8 @@ class _Slots:
         """Slots `dst` start as copies of slots `src` (episodes of one group share their prompt's prefill)."""
         width = int(self.lens[src].max())
         self.cache.copy_rows(src, dst, width)
+        if self.hidden is not None:
+            self.hidden[dst, :width] = self.hidden[src, :width]
         self.lens[dst] = self.lens[src]
 
 
@@ -184,13 +204,15 @@ def rollout(
     prefill: str = "",
     progress: Callable[[int, int], None] | None = None,
     engine: RolloutConfig | None = None,
+    capture_layer: int | None = None,
 ) -> list[Trajectory]:
     """Run one episode per question (repeat questions for a group) and return their trajectories, in order.
 
     `prompts` replaces the rendered prompt ids (e.g. naive RAG's prompt with an observation already in it);
     `prefill` is text the environment writes at the start of every model turn (e.g. "<answer>" for the
     direct-answer baseline): it has mask 0 and is parsed as part of the turn. `progress(new_tokens,
-    finished_episodes)` is called after every decode step and every tool step.
+    finished_episodes)` is called after every decode step and every tool step. With `capture_layer`, each
+    trajectory keeps the input of that decoder layer at every position but its last (`Trajectory.hidden`).
     """
     ec = engine or RolloutConfig()
     t0 = time.perf_counter()
@@ -211,7 +233,7 @@ def rollout(
         return trajs
     n_slots = min(len(trajs), ec.max_rows)
     longest = max(len(t.input_ids) for t in trajs)
-    slots = _Slots(model, n_slots, max(cfg.max_total_tokens, longest + cfg.max_tokens_per_turn) + 2, ec)
+    slots = _Slots(model, n_slots, max(cfg.max_total_tokens, longest + cfg.max_tokens_per_turn) + 2, ec, capture_layer)
     max_turn = cfg.max_tokens_per_turn
     stop_ids = torch.tensor(sorted(chat.stop_ids), dtype=torch.long, device=device)
 
@@ -251,6 +273,8 @@ def rollout(
                     insert = record_turn(trajs[w.episode], tokens, lps, ((t_start, t_end), tool_time), res, chat,
                                          env, cfg, prefill_ids)  # fmt: skip
                     if insert is None:
+                        if slots.hidden is not None:
+                            trajs[w.episode].hidden = slots.hidden[w.slot, : len(trajs[w.episode].input_ids) - 1].clone()
                         owner[w.slot], w.chunk = -1, []
                         free.append(w.slot)
                         done += 1
@@ -292,37 +316,40 @@ def rollout(
             budget[s] = max(1, min(max_turn, cfg.max_total_tokens - len(t.input_ids)))
             started[s] = now
 
-    admit()
-    while waiting or bool(live.any()):  # every episode has ended when no slot waits or decodes
-        n_live = int(live.sum())
-        if waiting and (not n_live or len(waiting) >= ec.refill_fraction * (len(waiting) + n_live)):
-            feed_waiting()
-            continue
-        with clock("sample"):
-            rows = torch.nonzero(live).squeeze(-1)
-            tok, lp, ent = _sample(logits[rows], temperature, generator)
-            turn_tok[rows, turn_n[rows]] = tok
-            turn_lp[rows, turn_n[rows]] = lp.to(turn_lp.dtype)
-            turn_n[rows] += 1
-            stop = torch.isin(tok, stop_ids) | (turn_n[rows] >= budget[rows])
-            stats.entropy_sum += float(ent.sum())
-            stats.generated_tokens += len(rows)
-        if progress is not None:
-            progress(len(rows), 0)
-        with clock("bookkeeping"):
-            if bool(stop.any()):
-                now = time.time_ns()
-                for s in rows[stop].tolist():
-                    k = int(turn_n[s])
-                    turn = (turn_tok[s, :k].tolist(), turn_lp[s, :k].tolist(), started[s], now)
-                    waiting.append(_Waiting(s, owner[s], turn=turn))
-                    live[s] = False
-                rows, tok = rows[~stop], tok[~stop]
-        if len(rows):
-            with clock("decode"):
-                logits[rows] = slots.decode(rows, tok, chat.pad_id)
-                stats.decode_steps += 1
-                stats.row_steps += slots.n if len(rows) >= ec.full_step_fraction * slots.n else len(rows)
+    try:
+        admit()
+        while waiting or bool(live.any()):  # every episode has ended when no slot waits or decodes
+            n_live = int(live.sum())
+            if waiting and (not n_live or len(waiting) >= ec.refill_fraction * (len(waiting) + n_live)):
+                feed_waiting()
+                continue
+            with clock("sample"):
+                rows = torch.nonzero(live).squeeze(-1)
+                tok, lp, ent = _sample(logits[rows], temperature, generator)
+                turn_tok[rows, turn_n[rows]] = tok
+                turn_lp[rows, turn_n[rows]] = lp.to(turn_lp.dtype)
+                turn_n[rows] += 1
+                stop = torch.isin(tok, stop_ids) | (turn_n[rows] >= budget[rows])
+                stats.entropy_sum += float(ent.sum())
+                stats.generated_tokens += len(rows)
+            if progress is not None:
+                progress(len(rows), 0)
+            with clock("bookkeeping"):
+                if bool(stop.any()):
+                    now = time.time_ns()
+                    for s in rows[stop].tolist():
+                        k = int(turn_n[s])
+                        turn = (turn_tok[s, :k].tolist(), turn_lp[s, :k].tolist(), started[s], now)
+                        waiting.append(_Waiting(s, owner[s], turn=turn))
+                        live[s] = False
+                    rows, tok = rows[~stop], tok[~stop]
+            if len(rows):
+                with clock("decode"):
+                    logits[rows] = slots.decode(rows, tok, chat.pad_id)
+                    stats.decode_steps += 1
+                    stats.row_steps += slots.n if len(rows) >= ec.full_step_fraction * slots.n else len(rows)
+    finally:
+        slots.close()  # the capture hook leaves the model
     stats.forward_calls += slots.calls
     stats.seconds += time.perf_counter() - t0
     model.train(was_training)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from components.agent.env import Episode
 
 
@@ -18,6 +20,7 @@ class Trajectory:
     turn_spans: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of each model turn
     turn_times: list[tuple[int, int]] = field(default_factory=list)  # wall clock (ns) of each model turn's decode
     tool_times: list[tuple[int, int]] = field(default_factory=list)  # wall clock (ns) of the batched tool step after each turn
+    hidden: torch.Tensor | None = None  # (len - 1, H): a frozen layer's input at each position, kept by the rollout
 
     def add(self, ids, is_action: bool, logprobs=None) -> None:
         self.input_ids.extend(ids)
