@@ -1,6 +1,6 @@
 """Batched multi-turn rollout with HF transformers, continuously batched.
 
-Every running episode owns one row ("slot") of a KV cache (rollout/kv_cache.py). Each decode step samples the next
+Every running episode owns one row ("slot") of a KV cache (rollout/slots.py). Each decode step samples the next
 token of every row in a model turn, all on tensors. A row whose turn ends waits for its tool call; once enough
 rows wait (`RolloutConfig.refill_fraction`), the environment answers all their calls in one batch and their
 observation turns are prefilled together, while the other rows keep decoding. A finished episode frees its slot
@@ -24,7 +24,7 @@ from components.agent.env import StepResult, ToolEnv
 from components.config import AgentConfig, RolloutConfig
 from components.data.schema import Question
 from components.rollout.chat import ChatFormat
-from components.rollout.kv_cache import SlotCache, WritePlan
+from components.rollout.slots import SlotModel
 from components.rollout.trajectory import Trajectory
 
 PHASES = ("prefill", "decode", "sample", "bookkeeping", "tools")
@@ -71,103 +71,6 @@ class _Clock:
         self.stats.phase_seconds[self.phase] += time.perf_counter() - self.t
 
 
-class _Slots:
-    """The model over a SlotCache: feed chunks to some rows (prefill) or one token to many (decode)."""
-
-    def __init__(self, model, n: int, max_len: int, ec: RolloutConfig, capture_layer: int | None = None):
-        self.body, self.head = model.get_decoder(), model.get_output_embeddings()
-        self.device = next(model.parameters()).device
-        self.n, self.ec = n, ec
-        self.cache = SlotCache(model.config.num_hidden_layers, n, max_len)
-        self.lens = torch.zeros(n, dtype=torch.long, device=self.device)  # columns written per slot
-        self.calls = 0
-        self.hidden = None  # with capture_layer: the input of that layer at every column of every slot
-        self.hook = None
-        if capture_layer is not None:
-            dtype = next(model.parameters()).dtype
-            self.hidden = torch.zeros(n, max_len, model.config.hidden_size, dtype=dtype, device=self.device)
-            self.hook = self.body.layers[capture_layer].register_forward_pre_hook(self._capture)
-
-    def _capture(self, module, args) -> None:
-        h, plan = args[0], self.cache.plan
-        if plan.rows is None:
-            self.hidden[torch.arange(self.n, device=self.device), plan.positions] = h[:, 0].to(self.hidden.dtype)
-        else:
-            i, j = torch.nonzero(plan.real, as_tuple=True)
-            self.hidden[plan.rows[i], plan.positions[i, j]] = h[i, j].to(self.hidden.dtype)
-
-    def close(self) -> None:
-        if self.hook is not None:
-            self.hook.remove()
-
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, plan: WritePlan):
-        self.cache.plan = plan
-        out = self.body(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
-                        use_cache=True)  # fmt: skip
-        self.calls += 1
-        return out.last_hidden_state
-
-    def prefill(self, rows: list[int], chunks: list[list[int]], pad_id: int) -> torch.Tensor:
-        """Append `chunks[i]` to slot `rows[i]`; the logits after each chunk's last token. Long chunks go through
-        `prefill_tokens // rows` columns at a time (bounds the attention scores)."""
-        n = max(len(c) for c in chunks)
-        ids = torch.full((len(rows), n), pad_id, dtype=torch.long)
-        real = torch.zeros(len(rows), n, dtype=torch.bool)
-        for i, c in enumerate(chunks):
-            ids[i, : len(c)] = torch.tensor(c, dtype=torch.long)
-            real[i, : len(c)] = True
-        ids, real = ids.to(self.device), real.to(self.device)
-        slot = torch.tensor(rows, dtype=torch.long, device=self.device)
-        lengths = real.sum(-1)
-        start = self.lens[slot]
-        last = lengths - 1
-        hidden = None
-        step = max(1, self.ec.prefill_tokens // len(rows))
-        for a in range(0, n, step):
-            b = min(n, a + step)
-            cols = torch.arange(a, b, device=self.device)
-            pos = start[:, None] + cols[None, :]  # [rows, b-a]
-            width = int((start + lengths.clamp(max=b)).max())
-            mask = torch.arange(width, device=self.device)[None, None, :] <= pos[:, :, None]
-            h = self._forward(ids[:, a:b], pos, mask[:, None], WritePlan(pos, width, slot, real[:, a:b]))
-            if hidden is None:
-                hidden = h.new_zeros(len(rows), h.shape[-1])
-            here = torch.nonzero((last >= a) & (last < b)).squeeze(-1)
-            hidden[here] = h[here, last[here] - a]
-        self.lens[slot] += lengths
-        return self.head(hidden).float()
-
-    def decode(self, rows: torch.Tensor, tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
-        """Feed one token to each of `rows`; their next-token logits. When most slots take part, the step runs
-        over every slot (the others write a pad into their next free column and do not advance), else over
-        `rows` alone (their cache rows are gathered)."""
-        if len(rows) >= self.ec.full_step_fraction * self.n:
-            ids = torch.full((self.n,), pad_id, dtype=torch.long, device=self.device)
-            ids[rows] = tokens
-            pos = self.lens.clone()
-            width = int(pos.max()) + 1
-            mask = torch.arange(width, device=self.device)[None, :] <= pos[:, None]
-            h = self._forward(ids[:, None], pos[:, None], mask[:, None, None], WritePlan(pos, width))
-            h = h[rows, 0]
-        else:
-            pos = self.lens[rows]
-            width = int(pos.max()) + 1
-            mask = torch.arange(width, device=self.device)[None, :] <= pos[:, None]
-            real = torch.ones(len(rows), 1, dtype=torch.bool, device=self.device)
-            h = self._forward(tokens[:, None], pos[:, None], mask[:, None, None], WritePlan(pos[:, None], width, rows, real))
-            h = h[:, 0]
-        self.lens[rows] += 1
-        return self.head(h).float()
-
-    def share(self, src: list[int], dst: list[int]) -> None:
-        """Slots `dst` start as copies of slots `src` (episodes of one group share their prompt's prefill)."""
-        width = int(self.lens[src].max())
-        self.cache.copy_rows(src, dst, width)
-        if self.hidden is not None:
-            self.hidden[dst, :width] = self.hidden[src, :width]
-        self.lens[dst] = self.lens[src]
-
-
 def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | None):
     """Next tokens, their log-probs and the entropy of each row's distribution (temperature 0 = greedy)."""
     logp = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
@@ -179,15 +82,150 @@ def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1), entropy
 
 
+
 @dataclass
 class _Waiting:
-    """A slot whose turn ended (or whose episode was just admitted), waiting to be prefilled."""
+    """A slot whose turn ended (its tool call pending), or whose episode was just admitted, waiting for a prefill."""
 
     slot: int
     episode: int
-    chunk: list[int] = field(default_factory=list)
-    fresh: bool = False  # a new episode: the chunk is its prompt
+    chunk: list[int] = field(default_factory=list)  # what the prefill feeds
+    fresh: bool = False  # a new episode: the chunk is its prompt (shared within a group)
     turn: tuple[list[int], list[float], int, int] | None = None  # tokens, logprobs, started, ended (ns)
+
+
+class _Scheduler:
+    """Runs the episodes of `trajs` through `slots`: admit, decode, answer tool calls, prefill, until all end."""
+
+    def __init__(self, slots: SlotModel, trajs: list[Trajectory], chat: ChatFormat, env: ToolEnv, cfg: AgentConfig,
+                 ec: RolloutConfig, prefill: str, stats: RolloutStats, progress) -> None:  # fmt: skip
+        self.slots, self.trajs, self.chat, self.env, self.cfg, self.ec = slots, trajs, chat, env, cfg, ec
+        self.prefill, self.prefill_ids = prefill, chat.encode(prefill) if prefill else []
+        self.stats, self.progress = stats, progress
+        n, device = slots.n, slots.device
+        self.clock = _Clock(stats, device)
+        self.queue = deque(range(len(trajs)))
+        self.free = list(range(n))
+        self.owner = [-1] * n  # the trajectory in each slot
+        self.waiting: list[_Waiting] = []
+        self.logits = torch.zeros(n, 0, device=device)  # each slot's next-token logits (sized at the first prefill)
+        self.live = torch.zeros(n, dtype=torch.bool, device=device)  # slots in a model turn
+        self.turn_tok = torch.zeros(n, cfg.max_tokens_per_turn, dtype=torch.long, device=device)
+        self.turn_lp = torch.zeros(n, cfg.max_tokens_per_turn, device=device)
+        self.turn_n = torch.zeros(n, dtype=torch.long, device=device)
+        self.budget = torch.zeros(n, dtype=torch.long, device=device)
+        self.started = [0] * n
+        self.stop_ids = torch.tensor(sorted(chat.stop_ids), dtype=torch.long, device=device)
+
+    def run(self, temperature: float, generator: torch.Generator | None) -> None:
+        self.admit()
+        while self.waiting or bool(self.live.any()):
+            n_live = int(self.live.sum())
+            if self.waiting and (not n_live or len(self.waiting) >= self.ec.refill_fraction * (len(self.waiting) + n_live)):
+                self.answer_and_prefill()
+            else:
+                self.decode_step(temperature, generator)
+
+    def admit(self) -> None:
+        """Free slots take queued episodes; their prompts wait for the next prefill."""
+        while self.free and self.queue:
+            s, i = self.free.pop(0), self.queue.popleft()
+            self.owner[s], self.slots.lens[s] = i, 0
+            self.waiting.append(_Waiting(s, i, list(self.trajs[i].input_ids), fresh=True))
+
+    def decode_step(self, temperature: float, generator: torch.Generator | None) -> None:
+        """Sample the next token of every row in a turn; rows that stop wait; the rest feed their token."""
+        st = self.stats
+        with self.clock("sample"):
+            rows = torch.nonzero(self.live).squeeze(-1)
+            tok, lp, ent = _sample(self.logits[rows], temperature, generator)
+            self.turn_tok[rows, self.turn_n[rows]] = tok
+            self.turn_lp[rows, self.turn_n[rows]] = lp.to(self.turn_lp.dtype)
+            self.turn_n[rows] += 1
+            stop = torch.isin(tok, self.stop_ids) | (self.turn_n[rows] >= self.budget[rows])
+            st.entropy_sum += float(ent.sum())
+            st.generated_tokens += len(rows)
+        if self.progress is not None:
+            self.progress(len(rows), 0)
+        with self.clock("bookkeeping"):
+            if bool(stop.any()):
+                now = time.time_ns()
+                for s in rows[stop].tolist():
+                    k = int(self.turn_n[s])
+                    turn = (self.turn_tok[s, :k].tolist(), self.turn_lp[s, :k].tolist(), self.started[s], now)
+                    self.waiting.append(_Waiting(s, self.owner[s], turn=turn))
+                    self.live[s] = False
+                rows, tok = rows[~stop], tok[~stop]
+        if len(rows):
+            with self.clock("decode"):
+                self.logits[rows] = self.slots.decode(rows, tok, self.chat.pad_id)
+                st.decode_steps += 1
+                st.row_steps += self.slots.n if len(rows) >= self.ec.full_step_fraction * self.slots.n else len(rows)
+
+    def answer_and_prefill(self) -> None:
+        """The tool calls of every waiting turn as one batch, then one prefill of the insertions and new prompts."""
+        ended = [w for w in self.waiting if w.turn is not None]
+        if ended:
+            self.answer(ended)
+            self.admit()  # freed slots take queued episodes at once
+        todo = [w for w in self.waiting if w.chunk]
+        self.waiting.clear()
+        if todo:
+            self.prefill_rows(todo)
+
+    def answer(self, ended: list[_Waiting]) -> None:
+        with self.clock("tools"):
+            t0, tool_start = time.perf_counter(), time.time_ns()
+            eps = [self.trajs[w.episode].episode for w in ended]
+            results = self.env.step(eps, [self.prefill + self.chat.decode_turn(w.turn[0]) for w in ended])
+            self.stats.tool_seconds += time.perf_counter() - t0
+            tool_time = (tool_start, time.time_ns())
+        done = 0
+        with self.clock("bookkeeping"):
+            for w, res in zip(ended, results):
+                tokens, lps, t_start, t_end = w.turn
+                t = self.trajs[w.episode]
+                insert = record_turn(t, tokens, lps, ((t_start, t_end), tool_time), res, self.chat, self.env, self.cfg,
+                                     self.prefill_ids)  # fmt: skip
+                if insert is None:  # the episode ended: its slot is free
+                    if self.slots.hidden is not None:
+                        t.hidden = self.slots.hidden[w.slot, : len(t.input_ids) - 1].clone()
+                    self.owner[w.slot], w.chunk = -1, []
+                    self.free.append(w.slot)
+                    done += 1
+                else:
+                    w.chunk = [tokens[-1], *insert]  # the turn's last token was sampled, not yet fed
+        if self.progress is not None and done:
+            self.progress(0, done)
+
+    def prefill_rows(self, todo: list[_Waiting]) -> None:
+        """Feed every waiting chunk; a group's new episodes feed their shared prompt once, copied to the others."""
+        with self.clock("prefill"):
+            first: dict[tuple[int, ...], _Waiting] = {}
+            fed, copies = [], []
+            for w in todo:
+                key = tuple(w.chunk) if w.fresh else None
+                if key is not None and key in first:
+                    copies.append((first[key].slot, w.slot))
+                    continue
+                if key is not None:
+                    first[key] = w
+                fed.append(w)
+            out = self.slots.prefill([w.slot for w in fed], [w.chunk for w in fed], self.chat.pad_id)
+            self.stats.prefill_tokens += sum(len(w.chunk) for w in fed)
+            if self.logits.shape[1] == 0:
+                self.logits = out.new_zeros(self.slots.n, out.shape[1])
+            self.logits[torch.tensor([w.slot for w in fed], device=out.device)] = out
+            if copies:
+                src, dst = [s for s, _ in copies], [d for _, d in copies]
+                self.slots.share(src, dst)
+                self.logits[dst] = self.logits[src]
+        now = time.time_ns()
+        for w in todo:
+            s = w.slot
+            self.live[s], self.turn_n[s], self.started[s] = True, 0, now
+            room = self.cfg.max_total_tokens - len(self.trajs[w.episode].input_ids)
+            self.budget[s] = max(1, min(self.cfg.max_tokens_per_turn, room))
 
 
 @torch.no_grad()
@@ -217,10 +255,6 @@ def rollout(
     ec = engine or RolloutConfig()
     t0 = time.perf_counter()
     stats = stats if stats is not None else RolloutStats()
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    clock = _Clock(stats, device)
     prefill_ids = chat.encode(prefill) if prefill else []
     trajs = []
     for n, q in enumerate(questions):
@@ -231,128 +265,18 @@ def rollout(
         trajs.append(t)
     if not trajs:
         return trajs
-    n_slots = min(len(trajs), ec.max_rows)
+    was_training = model.training
+    model.eval()
     longest = max(len(t.input_ids) for t in trajs)
-    slots = _Slots(model, n_slots, max(cfg.max_total_tokens, longest + cfg.max_tokens_per_turn) + 2, ec, capture_layer)
-    max_turn = cfg.max_tokens_per_turn
-    stop_ids = torch.tensor(sorted(chat.stop_ids), dtype=torch.long, device=device)
-
-    queue = deque(range(len(trajs)))
-    free = list(range(n_slots))
-    owner = [-1] * n_slots  # trajectory of each slot
-    waiting: list[_Waiting] = []  # turn ended: tool call and insertion pending
-    logits = torch.zeros(n_slots, 0, device=device)  # next-token logits of each slot (sized at first prefill)
-    live = torch.zeros(n_slots, dtype=torch.bool, device=device)  # slots in a model turn
-    turn_tok = torch.zeros(n_slots, max_turn, dtype=torch.long, device=device)
-    turn_lp = torch.zeros(n_slots, max_turn, device=device)
-    turn_n = torch.zeros(n_slots, dtype=torch.long, device=device)
-    budget = torch.zeros(n_slots, dtype=torch.long, device=device)
-    started = [0] * n_slots
-
-    def admit() -> None:
-        while free and queue:
-            s, i = free.pop(0), queue.popleft()
-            owner[s], slots.lens[s] = i, 0
-            waiting.append(_Waiting(s, i, list(trajs[i].input_ids), fresh=True))
-
-    def feed_waiting() -> None:
-        """Tool calls of every waiting turn as one batch, then one prefill of their insertions (and prompts)."""
-        nonlocal logits
-        ended = [w for w in waiting if w.turn is not None]
-        if ended:
-            with clock("tools"):
-                tt, tool_start = time.perf_counter(), time.time_ns()
-                results = env.step([trajs[w.episode].episode for w in ended],
-                                   [prefill + chat.decode_turn(w.turn[0]) for w in ended])  # fmt: skip
-                stats.tool_seconds += time.perf_counter() - tt
-                tool_time = (tool_start, time.time_ns())
-            done = 0
-            with clock("bookkeeping"):
-                for w, res in zip(ended, results):
-                    tokens, lps, t_start, t_end = w.turn
-                    insert = record_turn(trajs[w.episode], tokens, lps, ((t_start, t_end), tool_time), res, chat,
-                                         env, cfg, prefill_ids)  # fmt: skip
-                    if insert is None:
-                        if slots.hidden is not None:
-                            trajs[w.episode].hidden = slots.hidden[w.slot, : len(trajs[w.episode].input_ids) - 1].clone()
-                        owner[w.slot], w.chunk = -1, []
-                        free.append(w.slot)
-                        done += 1
-                    else:
-                        w.chunk = [tokens[-1], *insert]  # the turn's last token was sampled, not yet fed
-            if progress is not None and done:
-                progress(0, done)
-            admit()  # freed slots take queued episodes at once
-        todo = [w for w in waiting if w.chunk]
-        waiting.clear()
-        if not todo:
-            return
-        with clock("prefill"):
-            # a group's episodes share their prompt: prefill each distinct chunk of new episodes once
-            first: dict[tuple[int, ...], _Waiting] = {}
-            fed, copies = [], []
-            for w in todo:
-                key = tuple(w.chunk) if w.fresh else None
-                if key is not None and key in first:
-                    copies.append((first[key].slot, w.slot))
-                else:
-                    if key is not None:
-                        first[key] = w
-                    fed.append(w)
-            out = slots.prefill([w.slot for w in fed], [w.chunk for w in fed], chat.pad_id)
-            stats.prefill_tokens += sum(len(w.chunk) for w in fed)
-            if logits.shape[1] == 0:
-                logits = out.new_zeros(n_slots, out.shape[1])
-            idx = torch.tensor([w.slot for w in fed], dtype=torch.long, device=device)
-            logits[idx] = out
-            if copies:
-                src, dst = [s for s, _ in copies], [d for _, d in copies]
-                slots.share(src, dst)
-                logits[dst] = logits[src]
-        now = time.time_ns()
-        for w in todo:
-            s, t = w.slot, trajs[w.episode]
-            live[s], turn_n[s] = True, 0
-            budget[s] = max(1, min(max_turn, cfg.max_total_tokens - len(t.input_ids)))
-            started[s] = now
-
+    max_len = max(cfg.max_total_tokens, longest + cfg.max_tokens_per_turn) + 2
+    slots = SlotModel(model, min(len(trajs), ec.max_rows), max_len, ec, capture_layer)
     try:
-        admit()
-        while waiting or bool(live.any()):  # every episode has ended when no slot waits or decodes
-            n_live = int(live.sum())
-            if waiting and (not n_live or len(waiting) >= ec.refill_fraction * (len(waiting) + n_live)):
-                feed_waiting()
-                continue
-            with clock("sample"):
-                rows = torch.nonzero(live).squeeze(-1)
-                tok, lp, ent = _sample(logits[rows], temperature, generator)
-                turn_tok[rows, turn_n[rows]] = tok
-                turn_lp[rows, turn_n[rows]] = lp.to(turn_lp.dtype)
-                turn_n[rows] += 1
-                stop = torch.isin(tok, stop_ids) | (turn_n[rows] >= budget[rows])
-                stats.entropy_sum += float(ent.sum())
-                stats.generated_tokens += len(rows)
-            if progress is not None:
-                progress(len(rows), 0)
-            with clock("bookkeeping"):
-                if bool(stop.any()):
-                    now = time.time_ns()
-                    for s in rows[stop].tolist():
-                        k = int(turn_n[s])
-                        turn = (turn_tok[s, :k].tolist(), turn_lp[s, :k].tolist(), started[s], now)
-                        waiting.append(_Waiting(s, owner[s], turn=turn))
-                        live[s] = False
-                    rows, tok = rows[~stop], tok[~stop]
-            if len(rows):
-                with clock("decode"):
-                    logits[rows] = slots.decode(rows, tok, chat.pad_id)
-                    stats.decode_steps += 1
-                    stats.row_steps += slots.n if len(rows) >= ec.full_step_fraction * slots.n else len(rows)
+        _Scheduler(slots, trajs, chat, env, cfg, ec, prefill, stats, progress).run(temperature, generator)
     finally:
         slots.close()  # the capture hook leaves the model
+        model.train(was_training)
     stats.forward_calls += slots.calls
     stats.seconds += time.perf_counter() - t0
-    model.train(was_training)
     return trajs
 
 
