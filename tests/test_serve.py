@@ -214,3 +214,49 @@ def test_a_timed_out_request_stops_its_generation(tmp_path, mlflow_uri, monkeypa
         assert status in (200, 504) and proc.poll() is None, body  # the server goes on answering
     finally:
         stop(proc)
+
+
+def test_batcher_shares_batches_splits_large_requests_and_drops_abandoned_work():
+    """Concurrent requests share a batch; a request larger than batch_size spans batches; an error reaches every
+    request of its batch; a batch whose requests all passed their deadline is stopped from inside its generation."""
+    import threading
+
+    from components.serving.batcher import Batcher, Cancelled, TimedOut
+
+    batches: list[list[str]] = []
+    gate = threading.Event()
+
+    def run(questions, abandoned):
+        batches.append(list(questions))
+        if "slow" in questions:
+            while not abandoned():  # as a decode step would check
+                time.sleep(0.01)
+            raise Cancelled()
+        if "boom" in questions:
+            raise ValueError("search backend down")
+        gate.wait(5)
+        return [q.upper() for q in questions]
+
+    b = Batcher(run, batch_size=4, wait_s=30.0)  # the first batch starts once 4 questions wait
+    with ThreadPoolExecutor(3) as pool:
+        futures = []
+        for qs, queued in ((["a"], 1), (["b", "c"], 3), (["d", "e", "f"], 6)):  # in this order, within the batch's wait
+            futures.append(pool.submit(b.submit, qs, 60))
+            deadline = time.monotonic() + 20
+            while b._waiting() < queued and not batches and time.monotonic() < deadline:
+                time.sleep(0.01)
+        while not batches and time.monotonic() < deadline:
+            time.sleep(0.01)
+        b.wait_s = 0.0  # the rest goes as soon as the first batch is done
+        gate.set()
+        assert [f.result() for f in futures] == [["A"], ["B", "C"], ["D", "E", "F"]]
+    assert batches == [["a", "b", "c", "d"], ["e", "f"]]  # arrival order, at most 4, the third request split
+
+    with pytest.raises(ValueError, match="search backend down"):
+        b.submit(["boom"], 10)
+    t0 = time.monotonic()
+    with pytest.raises(TimedOut):
+        b.submit(["slow"], 0.3)
+    assert time.monotonic() - t0 < 2 and batches[-1] == ["slow"]  # it ran, and stopped at its deadline
+    time.sleep(0.3)
+    assert b.submit(["g"], 10) == ["G"]  # the worker goes on after a cancelled batch

@@ -74,25 +74,30 @@ def question_problem(question: str, max_chars: int, markup: Sequence[str]) -> st
     return None
 
 
-def unknown_words(question: str, tok) -> tuple[list[str], int]:
-    """(the question's words outside the tokenizer's vocabulary, how many words it has).
+class KnownWords:
+    """Whether a word is in the tokenizer's vocabulary: it writes the word as one token, alone or after a space.
 
-    A word is in the vocabulary when the tokenizer writes it as one token, alone or after a space. The tiny model's
-    vocabulary is learned from its synthetic world, so a real-world question is mostly made of unknown words.
+    The tiny model's vocabulary is learned from its synthetic world, so a real-world question is mostly unknown words.
     """
-    words = WORD.findall(question)
-    unknown = [w for w in words if not any(len(tok.encode(v, add_special_tokens=False)) == 1 for v in (w, " " + w))]
-    return unknown, len(words)
+
+    def __init__(self, tok):
+        self.tok, self._seen = tok, {}
+
+    def __call__(self, word: str) -> bool:
+        if word not in self._seen:
+            self._seen[word] = any(len(self.tok.encode(v, add_special_tokens=False)) == 1 for v in (word, " " + word))
+        return self._seen[word]
 
 
-def reading_notice(question: str, tok, share: float) -> str | None:
+def reading_notice(question: str, known: KnownWords, share: float) -> str | None:
     """A plain warning when at least `share` of the question's words are outside the vocabulary, else None."""
-    unknown, n = unknown_words(question, tok)
-    if not n or len(unknown) < share * n:
+    words = WORD.findall(question)
+    unknown = [w for w in words if not known(w)]
+    if not words or len(unknown) < share * len(words):
         return None
     shown = ", ".join(dict.fromkeys(unknown[:8]))
-    return (f"{len(unknown)} of the {n} words of this question ({shown}) are not in the model's vocabulary: it cannot "
-            "read this question, so its answer is not to be trusted")  # fmt: skip
+    return (f"{len(unknown)} of the {len(words)} words of this question ({shown}) are not in the model's vocabulary: "
+            "it cannot read this question, so its answer is not to be trusted")  # fmt: skip
 
 
 def run_episodes(model, tok, backend, cfg: Config, questions: Sequence[str], corpus: str,

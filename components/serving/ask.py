@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass, field
 
 from components.config import Config
 from components.serving.about import describe
-from components.serving.agent import (AskError, Turn, model_corpus, open_index, question_problem, reading_notice,
-                                      reserved_markup, run_episodes, turns)  # fmt: skip
+from components.serving.agent import (AskError, KnownWords, Turn, model_corpus, open_index, question_problem,
+                                      reading_notice, reserved_markup, run_episodes, turns)  # fmt: skip
 from components.serving.resolve import Target, resolve
 
 SNIPPET_CHARS = 160  # of each observation in the printed view (--json keeps them whole)
@@ -81,7 +81,7 @@ def ask(cfg: Config, question: str, version: int | None = None, alias: str | Non
     timings = {"registry_s": t_registry - t0, "index_s": t_index - t_registry, "load_model_s": t_model - t_index,
                "agent_s": t_agent - t_model, "tool_s": stats.tool_seconds, "tokens": float(stats.generated_tokens),
                "tokens_per_s": stats.tokens_per_s, "total_s": t_agent - t0}  # fmt: skip
-    notice = reading_notice(question, tok, cfg.serving.unknown_words)
+    notice = reading_notice(question, KnownWords(tok), cfg.serving.unknown_words)
     ep = traj.episode
     return Answer(question, ep.answer, target.name, target.version, corpus, about, notice, turns(ep.log), timings)
 

@@ -1,7 +1,8 @@
 """Dynamic batching for the served agent: the questions of concurrent requests are generated as one rollout batch.
 
 Each request waits (in its own server thread) until its questions are answered or its deadline passes. One worker
-thread takes every waiting question, up to `batch_size`, runs them as one batch, and hands each request its answers.
+thread takes every waiting question, up to `batch_size` (after waiting up to `wait_s` for more to arrive), runs them
+as one batch, and hands each request its answers.
 A batch stops as soon as every request in it is past its deadline: nobody waits for that work any more.
 """
 
@@ -43,8 +44,8 @@ class _Request:
 
 
 class Batcher:
-    def __init__(self, run: RunBatch, batch_size: int, idle_s: float = 30.0):
-        self._run, self.batch_size, self.idle_s = run, batch_size, idle_s
+    def __init__(self, run: RunBatch, batch_size: int, wait_s: float = 0.0, idle_s: float = 30.0):
+        self._run, self.batch_size, self.wait_s, self.idle_s = run, batch_size, wait_s, idle_s
         self._cond = threading.Condition()
         self._queue: deque[_Request] = deque()
         self._worker: threading.Thread | None = None  # started by a request, gone after idle_s without one
@@ -78,6 +79,9 @@ class Batcher:
                 if not self._cond.wait(self.idle_s) and not self._queue:
                     self._worker = None
                     return None
+            until = now + self.wait_s  # a moment for the requests that arrive together to share the batch
+            while self._waiting() < self.batch_size and (left := until - time.monotonic()) > 0:
+                self._cond.wait(left)
             items: list[tuple[_Request, int]] = []
             while self._queue and len(items) < self.batch_size:
                 req = self._queue[0]
@@ -90,6 +94,9 @@ class Batcher:
                 if req.taken == len(req.questions):
                     self._queue.popleft()
             return items
+
+    def _waiting(self) -> int:
+        return sum(len(r.questions) - r.taken for r in self._queue)
 
     def _loop(self) -> None:
         while True:

@@ -20,8 +20,8 @@ import yaml
 from components.config import Config, ServingConfig, parse_config
 from components.secrets import redact_text
 from components.serving.about import describe, weight_count
-from components.serving.agent import (model_corpus, open_index, question_problem, reading_notice, reserved_markup,
-                                      run_episodes, turns)  # fmt: skip
+from components.serving.agent import (KnownWords, model_corpus, open_index, question_problem, reading_notice,
+                                      reserved_markup, run_episodes, turns)  # fmt: skip
 from components.serving.batcher import Batcher, Cancelled, TimedOut
 
 CONFIG_FILE = "agent.yaml"  # the resolved config (agent, retrieval, model settings), never credentials
@@ -95,15 +95,41 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def widen_request_threads(n: int) -> None:
-    """The scoring server runs each request's predict in its event loop's default thread pool (asyncio.to_thread:
-    min(32, cores + 4) threads). A predict waiting for its batch holds a thread, so that pool would bound the batch.
-    uvicorn loads the model inside its running loop: that loop gets a pool of `n` threads. Elsewhere, nothing."""
+SERVER_APP = "mlflow.pyfunc.scoring_server.app"  # the module uvicorn imports to serve the model
+
+
+def serving_loop():
+    """The scoring server's running event loop, or None when this process is not `mlflow models serve`.
+
+    With one worker uvicorn imports the app (and so loads the model) before it starts its loop, so from a predict
+    thread the loop is found among the process's objects: the one running asyncio loop."""
+    import gc
+    import sys
+
+    if SERVER_APP not in sys.modules:
+        return None
     try:
-        loop = asyncio.get_running_loop()
+        return asyncio.get_running_loop()
     except RuntimeError:
-        return
-    loop.set_default_executor(ThreadPoolExecutor(max_workers=n, thread_name_prefix="predict"))
+        pass
+    loops = [o for o in gc.get_objects() if issubclass(type(o), asyncio.AbstractEventLoop) and o.is_running()]
+    return loops[0] if len(loops) == 1 else None
+
+
+def widen_request_threads(n: int) -> bool:
+    """The scoring server runs each request's predict in its loop's default thread pool (asyncio.to_thread, with
+    min(32, cores + 4) threads). A predict waiting for its batch holds a thread, so that pool would bound the batch:
+    the loop gets a pool of `n` threads. False when there is no server loop to widen."""
+    loop = serving_loop()
+    if loop is None:
+        return False
+    pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="predict")
+    try:
+        asyncio.get_running_loop()
+        loop.set_default_executor(pool)
+    except RuntimeError:  # another thread: the loop sets it itself, before it runs the next request
+        loop.call_soon_threadsafe(loop.set_default_executor, pool)
+    return True
 
 
 class AgentModel(mlflow.pyfunc.PythonModel):
@@ -122,9 +148,10 @@ class AgentModel(mlflow.pyfunc.PythonModel):
         self.model.eval()
         self.backend = open_index(self.cfg, self.corpus)
         self.markup = reserved_markup(self.tok)
+        self.known = KnownWords(self.tok)
         self.timeout_s = float(MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT.get())  # the server answers 504 after this
-        self.batcher = Batcher(self._run_batch, self.cfg.serving.batch_size)
-        widen_request_threads(self.cfg.serving.max_concurrent)
+        self.batcher = Batcher(self._run_batch, self.cfg.serving.batch_size, self.cfg.serving.batch_wait_ms / 1000)
+        self.widened = widen_request_threads(self.cfg.serving.max_concurrent)  # else at the first request
 
     def _run_batch(self, questions: list[str], abandoned) -> list[dict[str, Any]]:
         def stop_when_abandoned(_tokens: int, _finished: int) -> None:
@@ -138,13 +165,15 @@ class AgentModel(mlflow.pyfunc.PythonModel):
             out.append({"question": q, "answer": t.episode.answer, "corpus": self.corpus,
                         "searches": sum(s.call is not None for s in steps), "turns": [vars(s) for s in steps],
                         "tokens": t.n_action_tokens,
-                        "notice": reading_notice(q, self.tok, self.cfg.serving.unknown_words)})  # fmt: skip
+                        "notice": reading_notice(q, self.known, self.cfg.serving.unknown_words)})  # fmt: skip
         return out
 
     # pd.DataFrame: MLflow's "no schema inference" hint. The model has no input schema, so the scoring server hands
     # over what it parsed without coercing it (a DataFrame, or the `inputs` dict/list); questions_of checks each value.
     def predict(self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         questions = questions_of(model_input, self.cfg.serving, self.markup)
+        if not self.widened:
+            self.widened = widen_request_threads(self.cfg.serving.max_concurrent)
         try:
             return self.batcher.submit(questions, self.timeout_s)
         except TimedOut as e:
