@@ -159,7 +159,7 @@ async def _client(port: int, jobs: list[str], deadline: float, level: Level, ans
 def drive(port: int, questions: list[str], clients: int, n: int, seconds: float, level: Level,
           answers: dict[str, str | None], on_progress=None) -> None:  # fmt: skip
     """`n` requests from `clients` concurrent clients (round robin over `questions`), at most `seconds`."""
-    per = [[questions[(c + k * clients) % len(questions)] for k in range(max(1, n // clients))] for c in range(clients)]
+    per = [[questions[(c + k * clients) % len(questions)] for k in range(max(1, -(-n // clients)))] for c in range(clients)]
     done = [0]
 
     async def main() -> None:

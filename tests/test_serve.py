@@ -209,7 +209,7 @@ def test_a_timed_out_request_stops_its_generation(tmp_path, mlflow_uri, monkeypa
         cpu = tree_cpu_s(proc.pid)
         time.sleep(5)
         spent = tree_cpu_s(proc.pid) - cpu
-        assert spent < 1.0, f"the server spent {spent:.1f} CPU seconds after the 504:\n{(tmp_path / 'serve.log').read_text()[-2000:]}"
+        assert spent < 0.3, f"the server spent {spent:.1f} CPU seconds after the 504:\n{(tmp_path / 'serve.log').read_text()[-2000:]}"
         status, body = post(base, questions({"inputs": {"question": qs[:1]}}))
         assert status in (200, 504) and proc.poll() is None, body  # the server goes on answering
     finally:
