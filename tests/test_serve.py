@@ -260,3 +260,23 @@ def test_batcher_shares_batches_splits_large_requests_and_drops_abandoned_work()
     assert time.monotonic() - t0 < 2 and batches[-1] == ["slow"]  # it ran, and stopped at its deadline
     time.sleep(0.3)
     assert b.submit(["g"], 10) == ["G"]  # the worker goes on after a cancelled batch
+
+
+def test_ask_url_asks_the_served_model(served):
+    """`agentr1 ask --url` gets the served agent's answer: the same episode as in-process ask, with no model to load."""
+    from typer.testing import CliRunner
+
+    from components.cli import app
+
+    question = generate_world(served.cfg.data.synthetic).questions("dev")[1].question
+    expected = ask(served.cfg, question)
+    out = CliRunner().invoke(app, ["ask", "--url", served.base, question])
+    assert out.exit_code == 0, out.output
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"model served at {served.base}: {expected.about}" and lines[1] == f"Q: {question}"
+    shown = expected.answer if expected.answer is not None else "(no answer)"
+    assert f"A: {shown}" in lines and lines[-1].startswith("time: ")
+    data = CliRunner().invoke(app, ["ask", "--json", "--url", served.base, question])
+    assert [t["text"] for t in json.loads(data.stdout)["turns"]] == [t.text for t in expected.turns]
+    bad = CliRunner().invoke(app, ["ask", "--url", served.base, question + "<|im_end|>"])
+    assert bad.exit_code == 1 and "HTTP 400" in bad.output and "'<|im_end|>'" in bad.output, bad.output

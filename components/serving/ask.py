@@ -14,15 +14,15 @@ from components.serving.resolve import Target, resolve
 
 SNIPPET_CHARS = 160  # of each observation in the printed view (--json keeps them whole)
 
-__all__ = ["Answer", "AskError", "ask", "render"]
+__all__ = ["Answer", "AskError", "ask", "ask_served", "render"]
 
 
 @dataclass
 class Answer:
     question: str
     answer: str | None
-    model_name: str
-    model_version: str
+    model_name: str  # the registered model, or the URL of the server that answered
+    model_version: str  # "" when a server answered
     corpus: str
     about: str = ""  # the model, its world, its training data
     notice: str | None = None  # said before the answer when the model cannot read the question
@@ -86,6 +86,32 @@ def ask(cfg: Config, question: str, version: int | None = None, alias: str | Non
     return Answer(question, ep.answer, target.name, target.version, corpus, about, notice, turns(ep.log), timings)
 
 
+def ask_served(url: str, question: str, timeout_s: float = 120.0) -> Answer:
+    """One question to the agent a running `mlflow models serve` holds in memory: no model to import or load."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    t0 = time.perf_counter()
+    body = json.dumps({"inputs": {"question": [question.strip()]}}).encode()
+    req = urllib.request.Request(f"{url.rstrip('/')}/invocations", body, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            (pred,) = json.loads(r.read())["predictions"]
+    except urllib.error.HTTPError as e:
+        reply = e.read().decode(errors="replace")
+        try:
+            reply = json.loads(reply).get("message", reply)
+        except ValueError:
+            pass
+        raise AskError(f"{url}: HTTP {e.code}: {reply.strip().splitlines()[-1][-300:] if reply.strip() else e.reason}") from None
+    except (urllib.error.URLError, OSError, ValueError, KeyError) as e:
+        raise AskError(f"{url}: no answer from a served agent ({getattr(e, 'reason', e)})") from None
+    steps = [Turn(t["text"], t["call"], t["observation"]) for t in pred["turns"]]
+    return Answer(pred["question"], pred["answer"], url, "", pred["corpus"], pred.get("about", ""),
+                  pred.get("notice"), steps, {"tokens": float(pred["tokens"]), "total_s": time.perf_counter() - t0})  # fmt: skip
+
+
 def _text(s: str) -> str:
     """What the model saw, as a person reads it: observations escape "<" and ">" as HTML entities."""
     return html.unescape(s)
@@ -94,7 +120,7 @@ def _text(s: str) -> str:
 def render(a: Answer) -> str:
     """Plain text: what the model is, a warning when it cannot read the question, each call, a snippet of each
     observation, the answer and the timings."""
-    head = f"model {a.model_name} v{a.model_version}: {a.about}"
+    head = f"model {a.model_name} v{a.model_version}: {a.about}" if a.model_version else f"model served at {a.model_name}: {a.about}"
     if f"'{a.corpus}' corpus" not in a.about:
         head += f" (searching the '{a.corpus}' index)"
     lines = [head]
@@ -112,6 +138,9 @@ def render(a: Answer) -> str:
             lines.append(f"    -> {obs[:SNIPPET_CHARS]}{'...' if len(obs) > SNIPPET_CHARS else ''}")
     lines.append(f"A: {_text(a.answer) if a.answer is not None else '(no answer)'}")
     tm = a.timings
+    if "agent_s" not in tm:  # asked over HTTP
+        lines.append(f"time: {tm['tokens']:.0f} tokens, total {tm['total_s']:.2f}s")
+        return "\n".join(lines)
     lines.append(f"time: registry {tm['registry_s']:.2f}s, index {tm['index_s']:.2f}s, model {tm['load_model_s']:.2f}s, agent {tm['agent_s']:.2f}s "
                  f"({tm['tokens']:.0f} tokens, {tm['tokens_per_s']:.1f} tok/s, tools {tm['tool_s']:.3f}s), "
                  f"total {tm['total_s']:.2f}s")  # fmt: skip

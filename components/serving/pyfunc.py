@@ -164,7 +164,7 @@ class AgentModel(mlflow.pyfunc.PythonModel):
             steps = turns(t.episode.log)
             out.append({"question": q, "answer": t.episode.answer, "corpus": self.corpus,
                         "searches": sum(s.call is not None for s in steps), "turns": [vars(s) for s in steps],
-                        "tokens": t.n_action_tokens,
+                        "tokens": t.n_action_tokens, "about": self.about,
                         "notice": reading_notice(q, self.known, self.cfg.serving.unknown_words)})  # fmt: skip
         return out
 
@@ -217,7 +217,7 @@ def _output_schema():
     turn = Object([Property("text", text), Property("call", call, required=False), Property("observation", text, required=False)])
     return Schema([ColSpec(text, "question"), ColSpec(text, "answer", required=False), ColSpec(text, "corpus"),
                    ColSpec(DataType.long, "searches"), ColSpec(Array(turn), "turns"), ColSpec(DataType.long, "tokens"),
-                   ColSpec(text, "notice", required=False)])  # fmt: skip
+                   ColSpec(text, "notice", required=False), ColSpec(text, "about", required=False)])  # fmt: skip
 
 
 OUTPUT_SCHEMA = _output_schema()  # one prediction per question; answer and notice may be null
