@@ -8,8 +8,6 @@ The model is logged from code (serving/model_code.py names AgentModel), so no pi
 
 from __future__ import annotations
 
-import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +15,14 @@ import mlflow.pyfunc
 import pandas as pd
 import yaml
 
-from components.config import Config, ServingConfig, parse_config
+from components.config import Config, parse_config
 from components.secrets import redact_text
 from components.serving.about import describe, weight_count
-from components.serving.agent import (KnownWords, model_corpus, open_index, question_problem, reading_notice,
-                                      reserved_markup, run_episodes, turns)  # fmt: skip
+from components.serving.agent import (KnownWords, model_corpus, open_index, reading_notice, reserved_markup, run_episodes,
+                                      turns)  # fmt: skip
 from components.serving.batcher import Batcher, Cancelled, TimedOut
+from components.serving.requests import questions_of
+from components.serving.threads import widen_request_threads
 
 CONFIG_FILE = "agent.yaml"  # the resolved config (agent, retrieval, model settings), never credentials
 WEIGHTS = "hf_model"  # artifact key of the Hugging Face directory (weights + tokenizer)
@@ -39,97 +39,6 @@ def serving_config(cfg: Config, corpus: str, about: str = "") -> dict[str, Any]:
     raw["project"]["artifacts_dir"] = str(cfg.artifacts.resolve())  # the embedded index: <artifacts>/index/<corpus>
     raw["tracking"]["tracking_uri"] = None
     return {"corpus": corpus, "backend": cfg.retrieval.backend, "about": about, "config": raw}
-
-
-def bad_input(message: str):
-    from mlflow.exceptions import MlflowException
-    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
-
-    return MlflowException(message, error_code=INVALID_PARAMETER_VALUE)  # HTTP 400 from the scoring server
-
-
-def _column(model_input) -> list:
-    """The `question` values of a request, as parsed by the scoring server. With no input schema nothing is coerced,
-    except by numpy: the `inputs` form turns each column into an array, so [question, 5] arrives as two strings."""
-    if isinstance(model_input, pd.DataFrame):
-        if "question" not in model_input.columns:
-            raise bad_input(f"input needs a 'question' column (got columns {[str(c) for c in model_input.columns][:10]})")
-        return model_input["question"].tolist()
-    if isinstance(model_input, dict):
-        if "question" not in model_input:
-            raise bad_input(f"input needs a 'question' field (got fields {[str(k) for k in model_input][:10]})")
-        values = model_input["question"]
-    else:
-        values = model_input  # a list (or array) of questions
-    if isinstance(values, str):
-        return [values]
-    if hasattr(values, "ndim") and values.ndim == 0:  # the server parses a lone JSON value as a 0-d array
-        return [values.item()]
-    if hasattr(values, "tolist"):
-        values = values.tolist()
-    if not isinstance(values, list):
-        raise bad_input(f"the questions must be a list of strings, got {type(values).__name__}")
-    return values
-
-
-def questions_of(model_input, limits: ServingConfig, markup: tuple[str, ...] = ()) -> list[str]:
-    """The questions of a request, each a non-empty string within the limits; a 400 names the first bad one."""
-    values = _column(model_input)
-    if not values:
-        raise bad_input("no question in the input")
-    if len(values) > limits.max_questions:
-        raise bad_input(f"{len(values)} questions in one request; at most {limits.max_questions} (serving.max_questions)")
-    out = []
-    for i, v in enumerate(values):
-        if not isinstance(v, str):
-            raise bad_input(f"question {i}: expected a non-empty string, got {type(v).__name__} {_short(v)}")
-        problem = question_problem(v.strip(), limits.max_question_chars, markup)
-        if problem is not None:
-            raise bad_input(f"question {i}: {problem}")
-        out.append(v.strip())
-    return out
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-SERVER_APP = "mlflow.pyfunc.scoring_server.app"  # the module uvicorn imports to serve the model
-
-
-def serving_loop():
-    """The scoring server's running event loop, or None when this process is not `mlflow models serve`.
-
-    With one worker uvicorn imports the app (and so loads the model) before it starts its loop, so from a predict
-    thread the loop is found among the process's objects: the one running asyncio loop."""
-    import gc
-    import sys
-
-    if SERVER_APP not in sys.modules:
-        return None
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    loops = [o for o in gc.get_objects() if issubclass(type(o), asyncio.AbstractEventLoop) and o.is_running()]
-    return loops[0] if len(loops) == 1 else None
-
-
-def widen_request_threads(n: int) -> bool:
-    """The scoring server runs each request's predict in its loop's default thread pool (asyncio.to_thread, with
-    min(32, cores + 4) threads). A predict waiting for its batch holds a thread, so that pool would bound the batch:
-    the loop gets a pool of `n` threads. False when there is no server loop to widen."""
-    loop = serving_loop()
-    if loop is None:
-        return False
-    pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="predict")
-    try:
-        asyncio.get_running_loop()
-        loop.set_default_executor(pool)
-    except RuntimeError:  # another thread: the loop sets it itself, before it runs the next request
-        loop.call_soon_threadsafe(loop.set_default_executor, pool)
-    return True
 
 
 class AgentModel(mlflow.pyfunc.PythonModel):
@@ -180,17 +89,6 @@ class AgentModel(mlflow.pyfunc.PythonModel):
             from mlflow.exceptions import MlflowException
 
             raise MlflowException(f"request timed out: {e}") from None
-
-
-def load_weights(model_uri: str, cfg: Config):
-    """(model, tokenizer) from a registered agent model, without opening its index (for `agentr1 ask`)."""
-    from mlflow.artifacts import download_artifacts
-    from mlflow.models import get_model_info
-
-    from components.model.loading import load_model
-
-    path = get_model_info(model_uri).flavors["python_function"]["artifacts"][WEIGHTS]["path"]  # artifacts/<dir name>
-    return load_model(Path(download_artifacts(f"{model_uri.rstrip('/')}/{path}")), cfg)
 
 
 def example_question(cfg: Config, corpus: str) -> str:
