@@ -129,6 +129,7 @@ def ask(
     alias: Annotated[Optional[str], typer.Option("--alias", help="Ask the version under this alias.")] = None,
     corpus: Annotated[Optional[str], typer.Option("--corpus", help="Index to search (default: the model's).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    url: Annotated[Optional[str], typer.Option("--url", help="Ask the model `mlflow models serve` serves there.")] = None,
     params: ParamsOpt = Path("params.yaml"),
     set_: SetOpt = None,
 ) -> None:
@@ -137,15 +138,23 @@ def ask(
 
     from components.config import load_config
     from components.serving.ask import ask as run_ask
-    from components.serving.ask import render
+    from components.serving.ask import ask_served, render
 
     if version is not None and alias is not None:
         raise typer.BadParameter("give --version or --alias, not both")
+    if url is not None and (version is not None or alias is not None or corpus is not None):
+        raise typer.BadParameter("--url asks the served model: no --version, --alias or --corpus")
+    gc.disable()  # most of ask's time is importing torch and transformers: collecting meanwhile frees nothing
     try:
-        answer = run_ask(load_config(params, _overrides(set_)), question, version, alias, corpus)
+        if url is not None:
+            answer = ask_served(url, question)
+        else:
+            answer = run_ask(load_config(params, _overrides(set_)), question, version, alias, corpus)
     except _known_errors() as e:
         err.print(f"[bold red]agentr1 ask failed:[/] {e}", markup=True, highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
+    finally:
+        gc.enable()
     sys.stdout.write((json.dumps(answer.to_dict(), ensure_ascii=False) if as_json else render(answer)) + "\n")
 
 

@@ -456,6 +456,19 @@ class EvaluateConfig(Section):
     )
 
 
+class ServingConfig(Section):
+    """`agentr1 ask` and the served model (`mlflow models serve`): what a request may hold, how requests share work."""
+
+    max_question_chars: int = Field(default=1000, ge=1, description="longer questions are refused (HTTP 400)")
+    max_questions: int = Field(default=64, ge=1, description="questions in one request; more are refused (HTTP 400)")
+    batch_size: int = Field(default=64, ge=1, description="questions of concurrent requests generated as one batch")
+    batch_wait_ms: float = Field(default=10.0, ge=0, le=10_000, description="how long a batch waits for more requests")
+    max_concurrent: int = Field(default=128, ge=1, description="requests one server process works on at once")
+    unknown_words: float = Field(
+        default=0.5, gt=0, le=1, description="ask warns when this share of a question's words is outside the vocabulary"
+    )
+
+
 class RegisterConfig(Section):
     model_name: Name = "agentr1-search-agent"
     metric: Name = Field(default="em/synthetic/dev", description="key in eval metrics that decides the champion")
@@ -480,6 +493,7 @@ class Config(Section):
     train: TrainConfig = TrainConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
     registry: RegisterConfig = RegisterConfig()
+    serving: ServingConfig = ServingConfig()
 
     @model_validator(mode="after")
     def _train_datasets_exist(self) -> Config:

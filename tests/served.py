@@ -73,3 +73,61 @@ def stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def register_champion(cfg: Config, hf_dir: Path, tags: dict | None = None) -> str:
+    """Log `hf_dir` as the pyfunc agent model, register it and put `champion` on it; returns the version."""
+    import mlflow
+
+    from components.serving.pyfunc import log_agent_model
+
+    with mlflow.start_run():
+        info = log_agent_model(cfg, hf_dir, "synthetic")
+    client = mlflow.MlflowClient()
+    try:
+        client.get_registered_model(NAME)
+    except mlflow.exceptions.MlflowException:
+        client.create_registered_model(NAME)
+    mv = mlflow.register_model(info.model_uri, NAME, tags=tags or {cfg.registry.metric: "0.5"})
+    client.set_registered_model_alias(NAME, "champion", mv.version)
+    return str(mv.version)
+
+
+def serve(uri: str, cwd: Path, log: Path, workers: int = 1, timeout_s: int | None = None,
+          code: Path = ROOT) -> tuple[subprocess.Popen, str]:  # fmt: skip
+    """`mlflow models serve` of the champion on 127.0.0.1 (from `code`'s components); (process, base URL) once up."""
+    import sys
+
+    bin_dir = Path(sys.executable).parent
+    port = free_port()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(code), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    cmd = ["mlflow", "models", "serve", "-m", f"models:/{NAME}@champion", "--env-manager", "local",
+           "--host", "127.0.0.1", "-p", str(port), "-w", str(workers)]  # fmt: skip
+    if timeout_s is not None:
+        cmd += ["-t", str(timeout_s)]
+    proc = start(cmd, cwd, env, log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_up(f"{base}/ping", proc, log)
+    except BaseException:
+        stop(proc)
+        raise
+    return proc, base
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a process and all its children."""
+    import psutil  # a dependency of dvc
+
+    total = 0.0
+    root = psutil.Process(pid)
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total

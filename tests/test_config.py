@@ -94,6 +94,8 @@ BAD_VALUES = [
     ("evaluate.sets", "[{dataset: ''}]"), ("train.verl.n_gpus_per_node", "true"),
     ("train.verl.gpu_memory_utilization", ".nan"), ("train.verl.ray_address", "'ray://me:hunter2@head:10001'"),
     ("train.verl.extra_overrides", "['x=https://me:hunter2@host/x']"), ("train.datasets", "['http://me:hunter2@h']"),
+    ("serving.max_question_chars", "0"), ("serving.max_questions", "-1"), ("serving.batch_size", "0"),
+    ("serving.max_concurrent", "1.5"), ("serving.unknown_words", "0"), ("serving.unknown_words", "1.5"),
 ]  # fmt: skip
 
 

@@ -1,5 +1,6 @@
 """The layer rules: a module imports only its own package and packages of strictly lower layers (LAYERS,
-bottom to top: a package or top-level module of components/; flows/ above everything). Lazy imports count."""
+bottom to top: a package or top-level module of components/; flows/ above everything). Inside a package, imports
+point one way too: no module imports itself back through others (no cycle). Lazy imports count."""
 
 from __future__ import annotations
 
@@ -82,6 +83,70 @@ def violations(root: Path = ROOT) -> list[str]:
             elif RANK[dst] >= RANK[src]:
                 bad.append(f"{where}: layer {RANK[dst]} is not below layer {RANK[src]}")
     return bad
+
+
+def _module_imports(path: Path, dotted: str, modules: dict) -> list[tuple[int, str]]:
+    """(line, project module) of every import; `from pkg import mod` names the submodule when there is one."""
+    package = dotted if path.name == "__init__.py" else dotted.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name in modules]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for a in node.names:
+                name = f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                if name in modules:
+                    found.append((node.lineno, name))
+    return found
+
+
+def cycles(root: Path = ROOT) -> list[str]:
+    """Import cycles among the modules of one layer unit, each as "a -> b -> a (file:line, ...)"."""
+    modules = dict((dotted, path) for path, dotted in _modules(root))
+    edges: dict[str, dict[str, str]] = {m: {} for m in modules}  # module -> {imported module: "file:line"}
+    for dotted, path in modules.items():
+        for line, target in _module_imports(path, dotted, modules):
+            if target != dotted and unit(target) == unit(dotted) is not None:
+                edges[dotted].setdefault(target, f"{path.relative_to(root)}:{line}")
+    found, state = [], {}  # state: 1 on the current path, 2 done
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(edges[m]):
+            if state.get(n) == 1:
+                loop = stack[stack.index(n):] + [m, n] if n in stack else [m, n]
+                where = ", ".join(edges[a][b] for a, b in zip(loop, loop[1:]))
+                found.append(f"{' -> '.join(loop)} ({where})")
+            elif n not in state:
+                visit(n, stack + [m])
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m, [])
+    return found
+
+
+def test_no_import_cycle_inside_a_package():
+    found = cycles()
+    assert not found, "import cycles (tests/test_layers.py):\n" + "\n".join(found)
+
+
+def test_the_cycle_rule_catches_a_circle(tmp_path):
+    """Two modules of one package that import each other (one lazily) are a cycle, named with file:line."""
+    (tmp_path / "components" / "serving").mkdir(parents=True)
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "components" / "serving" / "ask.py").write_text("from components.serving.pyfunc import load\n")
+    (tmp_path / "components" / "serving" / "pyfunc.py").write_text("def f():\n    from components.serving import ask\n")
+    (tmp_path / "components" / "serving" / "agent.py").write_text("import os\n")
+    assert cycles(tmp_path) == ["components.serving.ask -> components.serving.pyfunc -> components.serving.ask "
+                                "(components/serving/ask.py:1, components/serving/pyfunc.py:2)"]
+    (tmp_path / "components" / "serving" / "pyfunc.py").write_text("from components.serving.agent import x\n")
+    assert cycles(tmp_path) == []
 
 
 def test_no_import_points_upwards_or_sideways():

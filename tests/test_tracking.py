@@ -77,9 +77,14 @@ def test_champion_moves_only_on_a_win(mlflow_uri, tmp_path):
     assert reg_run.data.metrics["em/hotpotqa/dev"] == 0.45 and reg_run.data.metrics["baseline/direct/em/synthetic/dev"] == 0.0
     logged = mlflow.get_logged_model(champion.source.removeprefix("models:/"))
     assert {m.key: m.value for m in logged.metrics}["em/hotpotqa/dev"] == 0.45
-    # the version is the servable agent: a pyfunc with its weights and its config
+    # the version is the servable agent: a pyfunc logged from code (nothing pickled) with its weights, its config and
+    # an input example; the signature declares the outputs only (an input schema makes the server coerce null to "None")
     meta = mlflow.models.get_model_info(f"models:/{name}@champion")
-    assert "python_function" in meta.flavors and meta.signature.inputs.input_names() == ["question"]
+    pyfunc = meta.flavors["python_function"]
+    assert pyfunc["model_code_path"].endswith("model_code.py") and "python_model" not in pyfunc
+    assert meta.signature.inputs is None and "answer" in meta.signature.outputs.input_names()
+    assert meta.saved_input_example_info["type"] == "json_object"
+    assert champion.description.startswith("tiny Qwen2 model (")  # the version says what the model is
 
 
 def test_register_names_missing_metric(mlflow_uri, tmp_path):

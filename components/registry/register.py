@@ -12,8 +12,8 @@ from components import artifacts
 from components.config import Config
 from components.evaluation.report import flatten
 from components.io import write_json
-from components.serving.ask import model_corpus
-from components.serving.pyfunc import log_agent_model
+from components.serving.agent import model_corpus
+from components.serving.pyfunc import about_model, log_agent_model
 from components.tracking.promote import move_champion
 from components.tracking.runs import STAGE_TAG, tracking_uri
 from components.tracking.tracker import NullTracker, file_digest, metric_key
@@ -88,7 +88,8 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
         raise KeyError(f"registry.metric {reg.metric!r} not in {metrics_path} (have: {sorted(eval_metrics)[:20]})")
     trained = json.loads(model_path.read_text())
     value = eval_metrics[reg.metric]
-    info = log_agent_model(cfg, Path(trained.get("path") or artifacts.trained_model(cfg)), model_corpus(cfg))
+    hf_dir = Path(trained.get("path") or artifacts.trained_model(cfg))
+    info = log_agent_model(cfg, hf_dir, model_corpus(cfg))
     if tracker.run_id is not None:  # every metric on the register run and the logged model, none on the version
         mlflow.log_metrics({metric_key(k): v for k, v in eval_metrics.items()}, run_id=tracker.run_id, model_id=info.model_id)
 
@@ -113,7 +114,9 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
                 f"{EVIDENCE}.eval_run": run_link(cfg, eval_run) if eval_run else "not found"}  # fmt: skip
     mv = mlflow.register_model(info.model_uri, reg.model_name, tags=evidence | _lineage(cfg))
     link = f"[evaluation run]({evidence[f'{EVIDENCE}.eval_run']})" if eval_run else "evaluation run not found"
-    client.update_model_version(reg.model_name, mv.version, f"{reason}. {link}; all metrics on that run and on this logged model.")
+    about = about_model(cfg, hf_dir)  # the model, its world, its training data
+    client.update_model_version(reg.model_name, mv.version,
+                                f"{about}.\n\n{reason}. {link}; all metrics on that run and on this logged model.")  # fmt: skip
     if promoted:  # recorded like a manual promotion, so `agentr1 rollback` can undo it
         move_champion(client, cfg, str(mv.version), "register", reason)
 

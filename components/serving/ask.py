@@ -2,36 +2,30 @@
 
 from __future__ import annotations
 
+import html
 import time
 from dataclasses import asdict, dataclass, field
 
-from components import artifacts
-from components.agent.parser import ToolCall, parse_turn
 from components.config import Config
-from components.data.schema import Question
-from components.retrieval.base import SearchError
+from components.serving.about import describe
+from components.serving.agent import (AskError, KnownWords, Turn, model_corpus, open_index, question_problem,
+                                      reading_notice, reserved_markup, run_episodes, turns)  # fmt: skip
+from components.serving.resolve import Target, resolve
 
 SNIPPET_CHARS = 160  # of each observation in the printed view (--json keeps them whole)
 
-
-class AskError(Exception):
-    """A question that cannot be asked: empty, no such model or alias, or no index to search."""
-
-
-@dataclass
-class Turn:
-    text: str  # the model's turn as generated
-    call: dict | None  # {"name", "arguments"} when the turn is a tool call
-    observation: str | None  # what the environment answered
+__all__ = ["Answer", "AskError", "ask", "ask_served", "render"]
 
 
 @dataclass
 class Answer:
     question: str
     answer: str | None
-    model_name: str
-    model_version: str
+    model_name: str  # the registered model, or the URL of the server that answered
+    model_version: str  # "" when a server answered
     corpus: str
+    about: str = ""  # the model, its world, its training data
+    notice: str | None = None  # said before the answer when the model cannot read the question
     turns: list[Turn] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -39,138 +33,114 @@ class Answer:
         return asdict(self)
 
 
-def model_corpus(cfg: Config) -> str:
-    """The corpus the model was trained to search: synthetic worlds have their own, the rest search wiki."""
-    name = cfg.train.datasets[0]
-    return name if name.startswith("synthetic") else "wiki"
+def load(target: Target, cfg: Config):
+    """(model, tokenizer) of a registered version, on the configured device."""
+    from components.model.loading import load_model, pick_device
 
-
-def resolve_version(cfg: Config, version: int | None = None, alias: str | None = None):
-    """The registered model version to ask (the registry alias by default)."""
-    import mlflow
-    from mlflow.exceptions import MlflowException
-
-    client, name = mlflow.MlflowClient(), cfg.registry.model_name
+    if target.problem:
+        raise AskError(target.problem)
     try:
-        client.get_registered_model(name)
-    except MlflowException:
-        raise AskError(f"no registered model {name!r}; run the register stage (agentr1 register or dvc repro)") from None
-    try:
-        if version is not None:
-            return client.get_model_version(name, str(version))
-        return client.get_model_version_by_alias(name, alias or cfg.registry.alias)
-    except MlflowException:
-        what = f"version {version}" if version is not None else f"alias {alias or cfg.registry.alias!r}"
-        raise AskError(f"registered model {name!r} has no {what}") from None
+        if target.flavor == "transformers":
+            import mlflow
 
-
-def open_index(cfg: Config, corpus: str):
-    """The search backend with a live index of `corpus`; AskError when there is none. The caller closes it."""
-    from components.retrieval.factory import make_backend
-
-    backend = make_backend(cfg)
-    try:
-        live = backend.live_version(corpus)
-    except SearchError as e:
-        backend.close()
-        raise AskError(f"search index for corpus {corpus!r}: {e}") from None
-    if live is None:
-        backend.close()
-        where = artifacts.index(cfg) / corpus if cfg.retrieval.backend == "embedded" else cfg.retrieval.elasticsearch.url
-        raise AskError(f"no live search index for corpus {corpus!r} at {where}; run `agentr1 index` (or `dvc repro index`)")
-    return backend
-
-
-def load_version(mv, cfg: Config):
-    """(model, tokenizer) of a registered version: the served agent (pyfunc) or a plain transformers model."""
-    import mlflow
-    from mlflow.exceptions import MlflowException
-
-    from components.model.loading import pick_device
-
-    uri = f"models:/{mv.name}/{mv.version}"
-    try:
-        if "transformers" in mlflow.models.get_model_info(uri).flavors:
-            loaded = mlflow.transformers.load_model(uri, return_type="components")
+            loaded = mlflow.transformers.load_model(target.path, return_type="components")
             model, tok = loaded["model"], loaded["tokenizer"]
         else:
-            from components.serving.pyfunc import load_weights
-
-            model, tok = load_weights(uri, cfg)
-    except (MlflowException, OSError, ValueError) as e:
+            model, tok = load_model(target.path, cfg)
+    except (OSError, ValueError) as e:
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        raise AskError(f"{mv.name} v{mv.version} ({mv.source}): cannot load the model: {first}") from None
+        raise AskError(f"{target.name} v{target.version} ({target.source}): cannot load the model: {first}") from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    return model.to(pick_device(cfg)), tok
-
-
-def run_agent(model, tok, backend, cfg: Config, question: str, corpus: str):
-    """One greedy episode of the agent on `question` over `backend`: (episode, rollout stats)."""
-    from components.model.loading import autocast
-    from components.rollout.chat import ChatFormat
-    from components.rollout.engine import RolloutStats, rollout
-    from components.rollout.evaluate import make_env
-
-    q = Question(id="ask", question=question, answers=[], dataset="ask", split="ask", corpus=corpus)
-    chat = ChatFormat.for_agent(tok, cfg.agent, getattr(model, "generation_config", None))
-    env = make_env(backend, [q], cfg.agent, cfg.retrieval.top_k, chat)
-    stats = RolloutStats()
-    with autocast(cfg, model.device):
-        (traj,) = rollout(model, chat, env, [q], cfg.agent, temperature=0.0, stats=stats)
-    return traj.episode, stats
+    return model.to(pick_device(cfg)).eval(), tok
 
 
 def ask(cfg: Config, question: str, version: int | None = None, alias: str | None = None,
         corpus: str | None = None) -> Answer:  # fmt: skip
     question = question.strip()
-    if not question:
-        raise AskError("the question is empty")
+    problem = question_problem(question, cfg.serving.max_question_chars, ())
+    if problem is not None:
+        raise AskError(problem)
     corpus = corpus or model_corpus(cfg)
     t0 = time.perf_counter()
-    mv = resolve_version(cfg, version, alias)
+    target = resolve(cfg, version, alias)
     t_registry = time.perf_counter()
     backend = open_index(cfg, corpus)
     try:
         t_index = time.perf_counter()
-        model, tok = load_version(mv, cfg)
+        model, tok = load(target, cfg)
+        problem = question_problem(question, cfg.serving.max_question_chars, reserved_markup(tok))
+        if problem is not None:
+            raise AskError(problem)
+        about = target.about or describe(cfg, sum(p.numel() for p in model.parameters()), len(tok))
         t_model = time.perf_counter()
-        ep, stats = run_agent(model, tok, backend, cfg, question, corpus)
+        (traj,), stats = run_episodes(model, tok, backend, cfg, [question], corpus)
         t_agent = time.perf_counter()
     finally:
         backend.close()
-    timings = {"registry_s": t_registry - t0, "index_s": t_index - t_registry, "load_model_s": t_model - t_index, "agent_s": t_agent - t_model,
-               "tool_s": stats.tool_seconds, "tokens": float(stats.generated_tokens),
+    timings = {"registry_s": t_registry - t0, "index_s": t_index - t_registry, "load_model_s": t_model - t_index,
+               "agent_s": t_agent - t_model, "tool_s": stats.tool_seconds, "tokens": float(stats.generated_tokens),
                "tokens_per_s": stats.tokens_per_s, "total_s": t_agent - t0}  # fmt: skip
-    return Answer(question, ep.answer, mv.name, str(mv.version), corpus, turns(ep.log), timings)
+    notice = reading_notice(question, KnownWords(tok), cfg.serving.unknown_words)
+    ep = traj.episode
+    return Answer(question, ep.answer, target.name, target.version, corpus, about, notice, turns(ep.log), timings)
 
 
-def turns(log: list[tuple[str, str]]) -> list[Turn]:
-    turns: list[Turn] = []
-    for role, text in log[1:]:
-        if role == "assistant":
-            action = parse_turn(text)
-            call = {"name": action.name, "arguments": action.arguments} if isinstance(action, ToolCall) else None
-            turns.append(Turn(text, call, None))
-        elif role == "tool" and turns:
-            turns[-1].observation = text
-    return turns
+def ask_served(url: str, question: str, timeout_s: float = 120.0) -> Answer:
+    """One question to the agent a running `mlflow models serve` holds in memory: no model to import or load."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    t0 = time.perf_counter()
+    body = json.dumps({"inputs": {"question": [question.strip()]}}).encode()
+    req = urllib.request.Request(f"{url.rstrip('/')}/invocations", body, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            (pred,) = json.loads(r.read())["predictions"]
+    except urllib.error.HTTPError as e:
+        reply = e.read().decode(errors="replace")
+        try:
+            reply = json.loads(reply).get("message", reply)
+        except ValueError:
+            pass
+        raise AskError(f"{url}: HTTP {e.code}: {reply.strip().splitlines()[-1][-300:] if reply.strip() else e.reason}") from None
+    except (urllib.error.URLError, OSError, ValueError, KeyError) as e:
+        raise AskError(f"{url}: no answer from a served agent ({getattr(e, 'reason', e)})") from None
+    steps = [Turn(t["text"], t["call"], t["observation"]) for t in pred["turns"]]
+    return Answer(pred["question"], pred["answer"], url, "", pred["corpus"], pred.get("about", ""),
+                  pred.get("notice"), steps, {"tokens": float(pred["tokens"]), "total_s": time.perf_counter() - t0})  # fmt: skip
+
+
+def _text(s: str) -> str:
+    """What the model saw, as a person reads it: observations escape "<" and ">" as HTML entities."""
+    return html.unescape(s)
 
 
 def render(a: Answer) -> str:
-    """Plain text: each call, a snippet of each observation, the answer and the timings."""
-    lines = [f"model {a.model_name} v{a.model_version}  corpus {a.corpus}", f"Q: {a.question}"]
+    """Plain text: what the model is, a warning when it cannot read the question, each call, a snippet of each
+    observation, the answer and the timings."""
+    head = f"model {a.model_name} v{a.model_version}: {a.about}" if a.model_version else f"model served at {a.model_name}: {a.about}"
+    if f"'{a.corpus}' corpus" not in a.about:
+        head += f" (searching the '{a.corpus}' index)"
+    lines = [head]
+    if a.notice:
+        lines.append(f"note: {a.notice}")
+    lines.append(f"Q: {a.question}")
     for i, t in enumerate(a.turns, 1):
         if t.call is not None:
             args = ", ".join(f"{k}={v!r}" for k, v in t.call["arguments"].items())
-            lines.append(f"[{i}] call {t.call['name']}({args})")
+            lines.append(f"[{i}] call {t.call['name']}({_text(args)})")
         elif t.observation is not None:
             lines.append(f"[{i}] invalid turn: {t.text.strip()[:SNIPPET_CHARS]!r}")
         if t.observation is not None:
-            obs = " ".join(t.observation.split())
+            obs = _text(" ".join(t.observation.split()))
             lines.append(f"    -> {obs[:SNIPPET_CHARS]}{'...' if len(obs) > SNIPPET_CHARS else ''}")
-    lines.append(f"A: {a.answer if a.answer is not None else '(no answer)'}")
+    lines.append(f"A: {_text(a.answer) if a.answer is not None else '(no answer)'}")
     tm = a.timings
+    if "agent_s" not in tm:  # asked over HTTP
+        lines.append(f"time: {tm['tokens']:.0f} tokens, total {tm['total_s']:.2f}s")
+        return "\n".join(lines)
     lines.append(f"time: registry {tm['registry_s']:.2f}s, index {tm['index_s']:.2f}s, model {tm['load_model_s']:.2f}s, agent {tm['agent_s']:.2f}s "
                  f"({tm['tokens']:.0f} tokens, {tm['tokens_per_s']:.1f} tok/s, tools {tm['tool_s']:.3f}s), "
                  f"total {tm['total_s']:.2f}s")  # fmt: skip
