@@ -5,6 +5,7 @@ The whole pipeline as a Prefect flow is `python -m flows.pipeline`: the library 
 from __future__ import annotations
 
 import gc
+import logging
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -58,8 +59,21 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+def _info_lines() -> None:
+    """The library's info lines (expected conditions worth knowing, e.g. priming at its step cap) on stderr, one
+    plain line each; warnings stay for what needs attention."""
+    log = logging.getLogger("components")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+
 def _run(name: str, params: Path, sets: list[str] | None, **kwargs) -> None:
     apply_defaults()
+    _info_lines()
     gc.disable()  # collecting while a stage's libraries import frees nothing; run_stage turns it back on
     from components.config import load_config
     from components.stages import run_stage
@@ -86,12 +100,6 @@ def _add_stage_command(name: str, help_text: str) -> None:
     app.command(name.replace("_", "-"), help=help_text)(command)
 
 
-for _name, _stage in STAGES.items():
-    if _name != "train":
-        _add_stage_command(_name, _stage.help)
-
-
-@app.command("train", help=STAGES["train"].help)
 def train(
     params: ParamsOpt = Path("params.yaml"),
     set_: SetOpt = None,
@@ -108,6 +116,13 @@ def train(
         verl_dry_run(cfg)
         return
     _run("train", params, sets)
+
+
+for _name, _stage in STAGES.items():  # `agentr1 --help` lists the stages in pipeline order
+    if _name == "train":
+        app.command("train", help=_stage.help)(train)
+    else:
+        _add_stage_command(_name, _stage.help)
 
 
 @app.command("validate-params", help="Check params.yaml against the schema and print the resolved config.")

@@ -11,13 +11,16 @@ def agentr1(*args, cwd):
     return subprocess.run([str(BIN / "agentr1"), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
-def test_help_lists_every_stage(repo_root):
+def test_help_lists_every_stage_in_pipeline_order(repo_root):
     from components.stages import STAGES
 
     out = agentr1("--help", cwd=repo_root)
     assert out.returncode == 0
-    for name in STAGES:
-        assert name.replace("_", "-") in out.stdout
+    # the command column of rich's help box: "│ prepare   Load ..."
+    listed = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("│ ") and line[2:3].isalpha()]
+    stages = [name.replace("_", "-") for name in STAGES]
+    assert listed[: len(stages)] == stages, listed
+    assert {"ask", "promote", "rollback", "validate-params"} <= set(listed[len(stages):])
 
 
 def test_bad_params_fail_before_work(tmp_path, repo_root):
