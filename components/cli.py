@@ -1,4 +1,4 @@
-"""`agentr1`: one subcommand per pipeline stage, plus `validate-params`, `ask`, `promote` and `rollback`.
+"""`agentr1`: one subcommand per pipeline stage, plus `validate-params`, `ask`, `promote`, `rollback` and `summary`.
 
 The whole pipeline as a Prefect flow is `python -m flows.pipeline`: the library never imports its orchestrator."""
 
@@ -89,8 +89,8 @@ def _run(name: str, params: Path, sets: list[str] | None, **kwargs) -> None:
         raise typer.Exit(1) from None
     finally:
         gc.enable()  # also when the stage failed before run_stage: no other command runs with the collector off
-    summary = ", ".join(f"{k}={v:.4g}" for k, v in list(metrics.items())[:8])
-    err.print(f"[green]{name} done[/] {summary}", highlight=False)
+    done = ", ".join(f"{k}={v:.4g}" for k, v in list(metrics.items())[:8])
+    err.print(f"[green]{name} done[/] {done}", highlight=False, soft_wrap=True)
 
 
 def _add_stage_command(name: str, help_text: str) -> None:
@@ -196,6 +196,20 @@ def rollback(
     set_: SetOpt = None,
 ) -> None:
     _move("rollback", params, set_, reason=reason)
+
+
+@app.command("summary", help="The last run's results: EM per system and set, the champion, the report, the UI.")
+def summary(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    apply_defaults()
+    from components.config import load_config
+    from components.evaluation.summary import render
+
+    try:
+        text = render(load_config(params, _overrides(set_)))
+    except _known_errors() as e:
+        err.print(f"[bold red]agentr1 summary failed:[/] {e}", markup=True, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    sys.stdout.write(text + "\n")
 
 
 def main() -> None:

@@ -124,4 +124,6 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     write_json(artifacts.decision(cfg), asdict(decision))
     tracker.log_dict(asdict(decision), "register/decision.json")
     tracker.set_tags({"registered_version": str(mv.version), "promoted": str(promoted), "decision": reason})
-    return {"registered_version": float(mv.version), "promoted": float(promoted), reg.metric: value}
+    champion_now = mv.version if promoted else champion_version
+    return {"registered_version": float(mv.version), "promoted": float(promoted),
+            "champion_version": float(champion_now) if champion_now is not None else 0.0, reg.metric: value}  # fmt: skip

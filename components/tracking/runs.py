@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +18,12 @@ STAGE_TAG = "agentr1.stage"
 PARENT_ENV = "AGENTR1_PARENT_RUN_ID"  # set by whoever drives the CLI as one pipeline run (e.g. the Prefect flow)
 PIPELINE_KEY_TAG = "agentr1.pipeline_key"  # the one `dvc repro` / `dvc exp run` process a parent run stands for
 SHELLS = {"sh", "bash", "dash", "zsh", "fish"}
+
+
+# What a pipeline's parent run shows at a glance on the runs page: EM/F1 of the agent and of each baseline per set
+# (evaluate), and the registry's decision (register).
+HEADLINE = re.compile(r"^(baseline/[^/]+/)?(em|f1)/[^/]+/[^/]+$")
+HEADLINE_REGISTER = ("registered_version", "promoted", "champion_version")
 
 
 class TrackingError(Exception):
@@ -164,3 +172,25 @@ def cli_parent(cfg: Config) -> Iterator[str | None]:
         status = "FINISHED"
     finally:
         client.set_terminated(parent, status)
+
+
+def log_headline(parent_run_id: str, stage: str, metrics: dict[str, float], stage_run_id: str | None = None) -> None:
+    """Copy a stage's headline metrics onto the pipeline's parent run; for register also its decision (a tag)."""
+    import mlflow
+    from mlflow.entities import Metric, RunTag
+
+    from components.tracking.tracker import metric_key
+
+    if stage == "evaluate":
+        keep = {k: v for k, v in metrics.items() if HEADLINE.match(k)}
+    elif stage == "register":
+        keep = {k: v for k, v in metrics.items() if k in HEADLINE_REGISTER}
+    else:
+        return
+    client = mlflow.MlflowClient()
+    tags = []
+    if stage == "register" and stage_run_id is not None:
+        decision = client.get_run(stage_run_id).data.tags.get("decision")
+        tags = [RunTag("agentr1.decision", decision)] if decision else []
+    now = int(time.time() * 1000)
+    client.log_batch(parent_run_id, metrics=[Metric(metric_key(k), float(v), now, 0) for k, v in keep.items()], tags=tags)
