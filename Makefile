@@ -72,24 +72,23 @@ run: setup
 	echo
 	$(BIN)/agentr1 summary $(if $(PROFILE),-S profile=$(PROFILE))
 
-# EM per system and set, the champion, where the report is.
-summary: | $(VENV)/.installed
+# EM per system and set, the champion, where the report is. (summary, ui and plots read what `make run` made:
+# they install nothing.)
+summary:
 	$(BIN)/agentr1 summary
 
-# The MLflow UI on the project's store: one server process, one worker, no job runner (the UI needs none).
+# The MLflow UI on the project's store (scripts/ui.sh: one server process, one worker, no job runner); prints the URL.
 UI_PORT ?= 5000
 UI_STORE ?= sqlite:///$(ROOT)/mlflow.db
-ui: | $(VENV)/.installed
-	echo "MLflow UI: http://127.0.0.1:$(UI_PORT)  (store $(UI_STORE); Ctrl-C stops it)"
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false exec $(BIN)/mlflow server --backend-store-uri '$(UI_STORE)' \
-	  --host 127.0.0.1 --port $(UI_PORT) --workers 1
+ui:
+	exec scripts/ui.sh $(UI_PORT) '$(UI_STORE)'
 
 # `dvc plots show` with vega, vega-lite and vega-embed inlined (fetched once from npm): the page works offline.
 PLOTS_TEMPLATE := .cache/plots/template.html
 $(PLOTS_TEMPLATE): scripts/plots.sh
 	scripts/plots.sh $(ROOT)/$@
 
-plots: $(PLOTS_TEMPLATE) | $(VENV)/.installed
+plots: $(PLOTS_TEMPLATE)
 	$(BIN)/dvc plots show --html-template $(ROOT)/$(PLOTS_TEMPLATE) -o dvc_plots
 
 # ES is fetched and started in the background while setup installs; the ES tests' fixture waits for it

@@ -21,9 +21,20 @@ SHELLS = {"sh", "bash", "dash", "zsh", "fish"}
 
 
 # What a pipeline's parent run shows at a glance on the runs page: EM/F1 of the agent and of each baseline per set
-# (evaluate), and the registry's decision (register).
-HEADLINE = re.compile(r"^(baseline/[^/]+/)?(em|f1)/[^/]+/[^/]+$")
+# (evaluate) as `<metric>/<dataset>/<split>/<system>`, so the chart view has one section per metric and set with a
+# chart per system; and the registry's decision (register).
+HEADLINE = re.compile(r"^(?:baseline/(?P<system>[^/]+)/)?(?P<metric>em|f1)/(?P<set>[^/]+/[^/]+)$")
 HEADLINE_REGISTER = ("registered_version", "promoted", "champion_version")
+# The runs table's columns for those: a shared view of the experiment (the MLflow UI's "Views"; `make ui` prints its
+# URL), stored, as the UI stores one, in this experiment tag.
+HEADLINE_VIEW = "agentr1-headline"
+VIEW_TAG = "mlflow.sharedViewState."
+
+
+def headline_key(key: str) -> str | None:
+    """An evaluate metric's key on the parent run ("baseline/direct/em/synthetic/dev" -> "em/synthetic/dev/direct")."""
+    m = HEADLINE.match(key)
+    return f"{m['metric']}/{m['set']}/{m['system'] or 'agent'}" if m else None
 
 
 class TrackingError(Exception):
@@ -182,7 +193,7 @@ def log_headline(parent_run_id: str, stage: str, metrics: dict[str, float], stag
     from components.tracking.tracker import metric_key
 
     if stage == "evaluate":
-        keep = {k: v for k, v in metrics.items() if HEADLINE.match(k)}
+        keep = {headline_key(k): v for k, v in metrics.items() if headline_key(k)}
     elif stage == "register":
         keep = {k: v for k, v in metrics.items() if k in HEADLINE_REGISTER}
     else:
@@ -194,3 +205,19 @@ def log_headline(parent_run_id: str, stage: str, metrics: dict[str, float], stag
         tags = [RunTag("agentr1.decision", decision)] if decision else []
     now = int(time.time() * 1000)
     client.log_batch(parent_run_id, metrics=[Metric(metric_key(k), float(v), now, 0) for k, v in keep.items()], tags=tags)
+    columns = [k for k in keep if k.startswith("em/")] + (["champion_version"] if "champion_version" in keep else [])
+    if columns:
+        _extend_view(client, client.get_run(parent_run_id).info.experiment_id, [metric_key(k) for k in columns])
+
+
+def _extend_view(client, experiment_id: str, metrics: list[str]) -> None:
+    """Add metric columns to the experiment's headline view of the runs table (kept across pipeline runs)."""
+    import json
+
+    tag = VIEW_TAG + HEADLINE_VIEW
+    try:
+        old = json.loads(client.get_experiment(experiment_id).tags.get(tag, "{}")).get("selectedColumns", [])
+    except (ValueError, AttributeError):
+        old = []
+    columns = list(dict.fromkeys(old + [f"metrics.`{m}`" for m in metrics]))
+    client.set_experiment_tag(experiment_id, tag, json.dumps({"selectedColumns": columns}))
