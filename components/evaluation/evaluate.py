@@ -28,7 +28,7 @@ from components.config import Config, EvalSetSpec, flatten as flat_params
 from components.data.prepare import read_questions
 from components.data.schema import Question
 from components.evaluation.html_report import render
-from components.evaluation.report import flatten, put
+from components.evaluation.report import em_table, flatten, put
 from components.io import write_json, write_text
 from components.model.loading import autocast, load_model
 from components.retrieval.factory import make_backend
@@ -92,6 +92,8 @@ def run(cfg: Config, tracker) -> dict[str, float]:
     page = render(rows, by_pair, cfg.evaluate.report_trajectories, context=_context(cfg, tracker, models), curves=_curves(cfg))
     write_text(artifacts.eval_report(cfg), page)
     write_json(artifacts.eval_metrics(cfg), report)
+    sets, table = em_table(report)
+    write_json(artifacts.eval_em(cfg), {system: dict(zip(sets, values)) for system, values in table})
     tracker.log_artifact(artifacts.eval_per_dataset(cfg), "eval")
     tracker.log_artifact(artifacts.eval_report(cfg), "eval")
     tracker.log_artifact(artifacts.eval_predictions(cfg), "eval")
