@@ -113,7 +113,7 @@ def build_tiny(cfg: Config, out, tracker) -> dict[str, float]:
     held_out = {q.question for q in questions if q.split != "train"}
     relations = sorted({r for q in train_qs for r in words(q.question) if r in RELATIONS})
     hops = cfg.data.synthetic.hops
-    # Half the priming questions are 1-hop: a deterministic relation copy forms the copy circuit (docs/NOTES.md).
+    # Half the priming questions are 1-hop: a deterministic relation copy forms the copy circuit (docs/design-choices.md).
     n_one = len(train_qs) // 2 if hops > 1 else 0
     prime_qs = priming_questions(entities, relations, hops, len(train_qs) - n_one, held_out, rng)
     prime_qs += priming_questions(entities, relations, 1, n_one, held_out, rng)
