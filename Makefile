@@ -67,7 +67,7 @@ uses_es = $(BIN)/python -c "from components.config import load_config; raise Sys
 PROFILE ?=
 
 run: setup
-	if $(uses_es); then scripts/es.sh start; fi
+	@if $(uses_es); then scripts/es.sh start; fi
 	if [[ -n "$(PROFILE)" ]]; then $(BIN)/dvc exp run -S profile=$(PROFILE); else $(BIN)/dvc repro; fi
 	echo
 	$(BIN)/agentr1 summary $(if $(PROFILE),-S profile=$(PROFILE))
