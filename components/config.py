@@ -180,7 +180,7 @@ class ElasticsearchConfig(Section):
     url: str = "http://127.0.0.1:9200"  # ES_URL in the environment wins
     index_prefix: str = Field(default="agentr1-", pattern=r"^[a-z0-9][a-z0-9_.-]*$")
     analyzer: Literal["standard", "english"] = "english"
-    # english analyzer, title+text scored as one field: best recall per query/s on HotpotQA (docs/NOTES.md)
+    # english analyzer, title+text scored as one field: best recall per query/s on HotpotQA (docs/design-choices.md)
     title_boost: float = Field(default=0.0, ge=0, description="weight of a title-only match on top of title+text")
     bulk_chunk_size: int = Field(default=2000, ge=1)
     bulk_threads: int = Field(default=2, ge=1, description="concurrent _bulk requests")
@@ -253,7 +253,7 @@ class TinyModelConfig(Section):
     hidden_size: int = Field(default=128, ge=1)
     intermediate_size: int = Field(default=384, ge=1)
     num_hidden_layers: int = Field(default=2, ge=1)
-    # many narrow heads: the copy from context forms far sooner (docs/NOTES.md)
+    # many narrow heads: the copy from context forms far sooner (docs/design-choices.md)
     num_attention_heads: int = Field(default=16, ge=1)
     num_key_value_heads: int = Field(default=16, ge=1)
     max_position_embeddings: int = Field(default=1024, ge=16)

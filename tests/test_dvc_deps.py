@@ -86,6 +86,13 @@ def test_every_stage_depends_on_every_module_it_imports():
     assert not missing, f"dvc.yaml deps miss modules the stage imports: {missing}"
 
 
+def test_no_dep_is_an_empty_file():
+    """DVC warns "'<dep>' is empty" for each empty file dep on every repro: a package's __init__.py holds a docstring."""
+    empty = sorted({d for s in DVC.values() for d in s.get("deps", []) if (ROOT / d).is_file() and (ROOT / d).stat().st_size == 0})
+    assert not empty, f"dvc.yaml deps on empty files (give each a docstring): {empty}"
+    assert not [p for p in (ROOT / "components").rglob("__init__.py") if p.stat().st_size == 0]
+
+
 def test_closure_sees_the_gaps_the_old_dvc_yaml_had():
     """The check is not vacuous: train imports training.py, model/, retrieval/ and config.py; evaluate model/."""
     train = import_closure(STAGES["train"].module)

@@ -6,12 +6,12 @@ Qwen2 model and tokenizer from the prepared synthetic data and primes its format
 
 from __future__ import annotations
 
+import logging
 import random
 import shutil
 import tempfile
 from pathlib import Path
 import time
-import warnings
 
 import torch
 
@@ -31,6 +31,8 @@ from components.model.tiny import build_model, build_tokenizer
 from components.retrieval.embedded import EmbeddedBackend
 from components.retrieval.factory import make_backend
 from components.rollout.chat import ChatFormat
+
+log = logging.getLogger(__name__)
 
 
 def run(cfg: Config, tracker) -> dict[str, float]:
@@ -111,7 +113,7 @@ def build_tiny(cfg: Config, out, tracker) -> dict[str, float]:
     held_out = {q.question for q in questions if q.split != "train"}
     relations = sorted({r for q in train_qs for r in words(q.question) if r in RELATIONS})
     hops = cfg.data.synthetic.hops
-    # Half the priming questions are 1-hop: a deterministic relation copy forms the copy circuit (docs/NOTES.md).
+    # Half the priming questions are 1-hop: a deterministic relation copy forms the copy circuit (docs/design-choices.md).
     n_one = len(train_qs) // 2 if hops > 1 else 0
     prime_qs = priming_questions(entities, relations, hops, len(train_qs) - n_one, held_out, rng)
     prime_qs += priming_questions(entities, relations, 1, n_one, held_out, rng)
@@ -136,11 +138,11 @@ def build_tiny(cfg: Config, out, tracker) -> dict[str, float]:
         )
     chunks = corpus_chunks(factual, chat, 128, rng) if tc.prime_corpus_weight > 0 else []
     primed = prime(model, transcripts, probes, chunks, tc, chat.pad_id, rng, log=tracker.log_metrics)
-    for key, ok in (("first_call_p", primed.scores["first_call_p"] >= tc.prime_first_call_p),
-                    ("choice_kl", primed.scores["choice_kl"] <= tc.prime_choice_kl)):  # fmt: skip
-        if not ok:
-            warnings.warn(f"model.tiny: format priming stopped at its step cap with {key}={primed.scores[key]:.3f}; "
-                          "RL starts from a weaker prior", stacklevel=2)  # fmt: skip
+    for key, ok, goal in (("first_call_p", primed.scores["first_call_p"] >= tc.prime_first_call_p, f">= {tc.prime_first_call_p}"),
+                          ("choice_kl", primed.scores["choice_kl"] <= tc.prime_choice_kl, f"<= {tc.prime_choice_kl}")):  # fmt: skip
+        if not ok:  # expected for phase 2 on the CPU profile: its probe's goal is a stretch, the cap is the budget
+            log.info("format priming ran to its step cap: %s=%.3f (goal %s); RL starts from this prior",
+                     key, primed.scores[key], goal)  # fmt: skip
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return {

@@ -96,8 +96,9 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     client = mlflow.MlflowClient()
     try:
         client.get_registered_model(reg.model_name)
+        first = False
     except MlflowException:
-        client.create_registered_model(reg.model_name, description="agentr1 search agent (Agent-R1 end-to-end RL)")
+        first = True  # register_model creates it (creating it here first made MLflow say it "already exists")
     try:
         champion = client.get_model_version_by_alias(reg.model_name, reg.alias)
         champion_value = float(champion.tags[reg.metric]) if reg.metric in champion.tags else None
@@ -113,6 +114,8 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     evidence = {reg.metric: f"{value:.6g}", f"{EVIDENCE}.compared_to": compared, f"{EVIDENCE}.decision": reason,
                 f"{EVIDENCE}.eval_run": run_link(cfg, eval_run) if eval_run else "not found"}  # fmt: skip
     mv = mlflow.register_model(info.model_uri, reg.model_name, tags=evidence | _lineage(cfg))
+    if first:
+        client.update_registered_model(reg.model_name, description="agentr1 search agent (Agent-R1 end-to-end RL)")
     link = f"[evaluation run]({evidence[f'{EVIDENCE}.eval_run']})" if eval_run else "evaluation run not found"
     about = about_model(cfg, hf_dir)  # the model, its world, its training data
     client.update_model_version(reg.model_name, mv.version,
@@ -124,4 +127,6 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     write_json(artifacts.decision(cfg), asdict(decision))
     tracker.log_dict(asdict(decision), "register/decision.json")
     tracker.set_tags({"registered_version": str(mv.version), "promoted": str(promoted), "decision": reason})
-    return {"registered_version": float(mv.version), "promoted": float(promoted), reg.metric: value}
+    champion_now = mv.version if promoted else champion_version
+    return {"registered_version": float(mv.version), "promoted": float(promoted),
+            "champion_version": float(champion_now) if champion_now is not None else 0.0, reg.metric: value}  # fmt: skip
