@@ -148,9 +148,10 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
             d.query = rng.choice(fresh) if fresh else d.query
     out = []
     for d in drafts:
-        if not d.ok or not d.names:
+        answers = [n for n in d.names if not mentions(n, d.q.answers)]  # not even one the question names
+        if not d.ok or not answers:
             continue
-        answer = rng.choice(d.names)
+        answer = rng.choice(answers)
         ids, targets = answer_turn(chat, answer)
         if len(d.ids) + len(ids) <= agent.max_total_tokens:
             out.append((d.q, Sequence_(d.ids + ids, d.targets + targets)))
