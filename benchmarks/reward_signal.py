@@ -31,6 +31,7 @@ from components.model.loading import autocast, load_model, pick_device
 from components.retrieval.factory import make_backend
 from components.rl.advantages import groups_with_signal
 from components.rollout.chat import ChatFormat
+from components.rollout.content import content_entropy
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.evaluate import episode_prompts, make_env
 
@@ -55,7 +56,7 @@ def cpu_model() -> str:
 
 
 def sample(cfg, model, tok, questions, group: int, temperature: float, seed: int):
-    """`group` episodes of each question at `temperature`, and the rollout's stats."""
+    """`group` trajectories of each question at `temperature`, the chat format and the rollout's stats."""
     chat = ChatFormat.for_agent(tok, cfg.agent)
     backend = make_backend(cfg)
     try:
@@ -69,10 +70,11 @@ def sample(cfg, model, tok, questions, group: int, temperature: float, seed: int
                             prompts=episode_prompts(qs, chat, env))  # fmt: skip
     finally:
         backend.close()
-    return [t.episode for t in trajs], stats
+    return trajs, chat, stats
 
 
-def rows_for(episodes, stats, group: int, sizes: list[int]) -> list[dict]:
+def rows_for(trajs, chat, stats, group: int, sizes: list[int]) -> list[dict]:
+    episodes = [t.episode for t in trajs]
     n_calls = sum(e.n_calls for e in episodes)
     base = {
         "answered": np.mean([e.answer is not None for e in episodes]),
@@ -82,6 +84,7 @@ def rows_for(episodes, stats, group: int, sizes: list[int]) -> list[dict]:
         "f1": np.mean([e.f1 for e in episodes]),
         "subem": np.mean([sub_exact_match(e.answer, e.question.answers) for e in episodes]),
         "entropy": stats.entropy,
+        "content_entropy": content_entropy(trajs, chat),
         "tokens_per_s": stats.tokens_per_s,
     }
     out = []
@@ -120,11 +123,11 @@ def main() -> None:
           f"force_first_search={cfg.agent.force_first_search}; {args.questions} train questions of {cfg.train.datasets}")
     rows = []
     for temp in args.temperature:
-        episodes, stats = sample(cfg, model, tok, questions, args.group, temp, args.seed)
-        for r in rows_for(episodes, stats, args.group, [s for s in args.sizes if s <= args.group]):
+        trajs, chat, stats = sample(cfg, model, tok, questions, args.group, temp, args.seed)
+        for r in rows_for(trajs, chat, stats, args.group, [s for s in args.sizes if s <= args.group]):
             rows.append({"temperature": temp, **r})
     cols = ["temperature", "group", "reward", "groups_with_signal", "mean_reward", "answered", "valid_calls",
-            "searches", "em", "f1", "subem", "entropy", "tokens_per_s"]  # fmt: skip
+            "searches", "em", "f1", "subem", "entropy", "content_entropy", "tokens_per_s"]  # fmt: skip
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
         print("| " + " | ".join(f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")

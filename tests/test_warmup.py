@@ -174,7 +174,7 @@ def probed(shipped):
 def test_probe_reports_the_rollouts_rates(probed):
     result, calls, same = probed(warmup_steps=3, warmup_min_valid_calls=0.0, warmup_min_answered=0.0)
     assert result.stop == "passed" and result.steps == 0 and calls == [0] and same and not result.losses
-    assert set(result.before) == {"em", "f1", "answered", "valid_calls", "searches", "entropy"}
+    assert set(result.before) == {"em", "f1", "answered", "valid_calls", "searches", "entropy", "content_entropy"}
     assert result.before["answered"] == 0.0 and result.before["valid_calls"] == 0.0  # random tokens: no format
     assert result.before["entropy"] > 5.0  # near-uniform over 49k tokens at temperature 1
     assert result.metrics(8)["warmup_before_entropy"] == result.before["entropy"]
@@ -190,3 +190,23 @@ def test_entropy_floor_restores_the_last_weights_above_it(probed):
     result, calls, same = probed(warmup_steps=4, warmup_min_answered=1.0, warmup_min_entropy=1e6)
     assert result.stop == "entropy_floor" and result.steps == 0 and calls == [0, 1] and same
     assert result.after == result.before
+
+
+def test_content_tokens_are_the_query_and_the_answer(tmp_path):
+    """content_mask marks the tokens of a call's query and of an answer's text, not the scaffold; content_entropy
+    is the mean surprisal over them."""
+    from components.rollout.content import content_entropy, content_mask
+    from components.rollout.trajectory import Trajectory
+
+    tok = smollm2_tokenizer(tmp_path / "tok")
+    chat = ChatFormat(tok)
+    for text, content in ((call_text("Who is Ruzi's rival?"), "Who is Ruzi's rival?"), ("<answer>Kufaku</answer>", "Kufaku"),
+                          ("<answer>Kufaku and then some", "Kufaku and then some")):  # fmt: skip
+        ids = chat.encode(text) + [chat.eos_id]
+        mask = content_mask(chat, ids)
+        assert tok.decode([i for i, m in zip(ids, mask) if m]).strip('"') == content, text
+    t = Trajectory(episode=None, prompt_len=0)
+    ids = chat.encode("<answer>Kufaku</answer>")
+    t.add(ids, is_action=True, logprobs=[-0.5] * len(ids))
+    t.turn_spans.append((0, len(ids)))
+    assert content_entropy([t], chat) == pytest.approx(0.5)

@@ -82,7 +82,10 @@ def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]
 
         def measure(step: int) -> dict[str, float]:
             backend.reseed(0, 2)  # every probe sees the same retriever ties
-            return warmup.probe(model, chat, backend, probe_qs, cfg, seed)
+            shown: list[str] = []
+            scores = warmup.probe(model, chat, backend, probe_qs, cfg, seed, shown)
+            tracker.log_text("\n\n".join(shown), f"warmup/probe_step_{step:04d}.txt")
+            return scores
 
         result = warmup.warm_up(model, data, cfg, chat.pad_id, measure, log=tracker.log_metrics)
     finally:

@@ -12,8 +12,9 @@ contains: the results shown are the top hits that are not supporting passages an
 
 The warm-up stops by measurement (`probe`): every `model.warmup_probe_every` steps, episodes sampled at the
 training temperature on held-out training questions through the real rollout. It stops once the valid-call and
-answered rates pass their thresholds; it goes back to the last probed weights whose sampling entropy stayed above
-`model.warmup_min_entropy` when a probe falls below it; `model.warmup_steps` caps it.
+answered rates pass their thresholds; when the sampling entropy of content tokens (queries and answers: format
+tokens are meant to become deterministic) falls below `model.warmup_min_entropy`, it goes back to the last probed
+weights above it; `model.warmup_steps` caps it.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ from components.model.loading import autocast, freeze_below
 from components.model.priming import Sequence_, lm_step
 from components.retrieval.base import Hit, SearchBackend
 from components.rollout.chat import ChatFormat
+from components.rollout.content import content_entropy
 from components.rollout.engine import RolloutStats, rollout
-from components.rollout.evaluate import episode_prompts, make_env
+from components.rollout.evaluate import episode_prompts, make_env, transcript
 
 CANDIDATES = 4  # hits fetched per shown hit, so that top_k clean ones remain after the gold filter
 _NAME = re.compile(r"[A-Z][\w-]*(?:[ '][A-Z][\w-]*)*")  # a capitalised name in a passage (no possessive 's)
@@ -174,9 +176,11 @@ def _search(backend: SearchBackend, drafts: Sequence[_Draft], k: int) -> list[li
 
 @torch.no_grad()
 def probe(model, chat: ChatFormat, backend: SearchBackend, questions: Sequence[Question], cfg: Config,
-          seed: int) -> dict[str, float]:  # fmt: skip
+          seed: int, shown: list[str] | None = None) -> dict[str, float]:  # fmt: skip
     """Episodes sampled at train.temperature through the real rollout (each question `warmup_probe_samples`
-    times): EM, F1, answered rate, valid-call rate, valid searches per episode, sampling entropy (nats/token)."""
+    times): EM, F1, answered rate, valid-call rate, valid searches per episode, sampling entropy (nats/token) of
+    every sampled token and of the content tokens (queries, answers).
+    `shown` receives a readable transcript of each question's first episode."""
     env = make_env(backend, questions, cfg.agent, cfg.retrieval.top_k, chat)
     group = [q for q in questions for _ in range(cfg.model.warmup_probe_samples)]
     stats = RolloutStats()
@@ -185,6 +189,8 @@ def probe(model, chat: ChatFormat, backend: SearchBackend, questions: Sequence[Q
         trajs = rollout(model, chat, env, group, cfg.agent, temperature=cfg.train.temperature, generator=gen,
                         stats=stats, prompts=episode_prompts(group, chat, env))  # fmt: skip
     eps = [t.episode for t in trajs]
+    if shown is not None:
+        shown += [transcript(t, chat) for t in trajs[:: cfg.model.warmup_probe_samples]]
     n, calls = len(eps), sum(e.n_calls for e in eps)
     return {
         "em": sum(e.em for e in eps) / n,
@@ -193,6 +199,7 @@ def probe(model, chat: ChatFormat, backend: SearchBackend, questions: Sequence[Q
         "valid_calls": sum(e.n_valid_calls for e in eps) / calls if calls else 1.0,
         "searches": sum(e.n_valid_calls for e in eps) / n,
         "entropy": stats.entropy,
+        "content_entropy": content_entropy(trajs, chat),
     }
 
 
@@ -258,8 +265,8 @@ def warm_up(model, data: list[Sequence_], cfg: Config, pad_id: int, measure: Cal
             continue
         scores = scored(step)
         bar.set_postfix(valid=f"{scores['valid_calls']:.2f}", answered=f"{scores['answered']:.2f}",
-                        entropy=f"{scores['entropy']:.2f}")  # fmt: skip
-        if scores["entropy"] < mc.warmup_min_entropy:
+                        content_entropy=f"{scores['content_entropy']:.2f}")  # fmt: skip
+        if scores["content_entropy"] < mc.warmup_min_entropy:
             stop = "entropy_floor"
             break
         kept = (step, scores, [p.detach().clone() for p in params])
@@ -272,7 +279,7 @@ def warm_up(model, data: list[Sequence_], cfg: Config, pad_id: int, measure: Cal
             p.copy_(w)
     if stop != "passed":
         warnings.warn(f"model.warmup: stopped by {stop} at step {steps} with valid_calls={after['valid_calls']:.2f}, "
-                      f"answered={after['answered']:.2f}, entropy={after['entropy']:.3f} (thresholds "
+                      f"answered={after['answered']:.2f}, content_entropy={after['content_entropy']:.3f} (thresholds "
                       f"{mc.warmup_min_valid_calls}, {mc.warmup_min_answered}, floor {mc.warmup_min_entropy})",
                       stacklevel=2)  # fmt: skip
     model.requires_grad_(True)

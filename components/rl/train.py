@@ -33,6 +33,7 @@ from components.rl.batch import Batch, collate
 from components.rl.critic import Critic
 from components.rl.losses import micro_batch_loss, policy_logprobs
 from components.rollout.chat import ChatFormat
+from components.rollout.content import content_entropy
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.evaluate import episode_prompts, evaluate_agent, make_env, summarize, transcript
 from components.rollout.traces import log_train_traces
@@ -109,6 +110,7 @@ class Trainer:
             "action_tokens": float(batch.action_mask.sum(-1).mean()),
             "rollout_tokens_per_s": stats.tokens_per_s,
             "entropy": stats.entropy,  # of the sampling policy, per generated token
+            "content_entropy": content_entropy(trajs, self.chat),  # of the query and answer tokens alone
             "entropy_coef": self.tc.entropy_coef,
             "groups_with_signal": groups_with_signal(batch.token_rewards.sum(-1), batch.index),  # GRPO's signal
             "rollout_s": t1 - t0,
