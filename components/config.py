@@ -309,8 +309,8 @@ class ModelConfig(Section):
     warmup_min_valid_calls: float = Field(default=0.9, ge=0, le=1, description="stop: valid-call rate at least this")
     warmup_min_answered: float = Field(default=0.9, ge=0, le=1, description="stop: answered rate at least this")
     warmup_min_entropy: float = Field(
-        default=0.0, ge=0, description="entropy floor (nats per sampled content token, queries and answers, at "
-        "train.temperature): a probe below it ends the warm-up with the last probed weights above it",
+        default=0.0, ge=0, description="entropy floor (nats, at train.temperature) where content tokens (queries, "
+        "answers) are predicted in held-out transcripts: a probe below it ends the warm-up with the last weights above it",
     )  # fmt: skip
 
     @model_validator(mode="after")

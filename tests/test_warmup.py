@@ -76,10 +76,11 @@ def test_no_transcript_shows_a_gold_answer_or_supporting_title(made, shipped):
     and no supporting title appears as a whole word unless the question names it; the answer is never a gold one."""
     cfg, chat, train, made_ = made
     titles = shipped[3]
-    per_set = Counter(q.dataset for q, _ in made_)
+    per_set = Counter(t.question.dataset for t in made_)
     assert all(per_set[d] >= 0.5 * sum(q.dataset == d for q in train) for d in TRAIN_SETS), per_set
     checked = 0
-    for q, seq in made_:
+    for t in made_:
+        q, seq = t.question, t.seq
         text = html.unescape(chat.tok.decode(seq.ids))
         fixed = (SYSTEM_PROMPT, '{"name": "search", "arguments": {"query": "', "Question: ")  # the format's own words
         for shown in (q.question, json.dumps(q.question)[1:-1], *fixed):
@@ -98,7 +99,8 @@ def test_only_format_tokens_are_targets(made):
     """Every run of target tokens is part of the call scaffold, the question as a first query, the answer tags,
     or an end of turn; the transcript's first tokens (the prompt) and all observations are not targets."""
     cfg, chat, _, made_ = made
-    for q, seq in made_:
+    for t in made_:
+        q, seq = t.question, t.seq
         allowed = call_text(q.question) + IM_END, '{"query": "', '"}}</tool_call>' + IM_END, ANSWER_OPEN, ANSWER_CLOSE + IM_END
         prompt = len(chat.prompt_ids(q.question))
         assert not any(seq.targets[:prompt])
@@ -107,13 +109,18 @@ def test_only_format_tokens_are_targets(made):
             assert any(piece in a for a in allowed), (q.id, piece)
         answer = chat.tok.decode([i for i, t in zip(seq.ids, seq.targets) if t]).split(ANSWER_OPEN)[-1]
         assert answer == ANSWER_CLOSE + IM_END  # the answer's content is never a target
+        assert t.content and not any(seq.targets[i] for i in t.content) and min(t.content) >= prompt
+        last = [p for p in t.content if all(k in t.content for k in range(p, max(t.content) + 1))]  # the last run
+        text = chat.tok.decode(seq.ids)
+        assert chat.tok.decode([seq.ids[p] for p in last]) == text[text.rindex(ANSWER_OPEN) + 8 : text.rindex(ANSWER_CLOSE)]
 
 
 def test_transcripts_have_one_to_max_turns_minus_one_searches(made):
     cfg, chat, _, made_ = made
     forced = cfg.agent.force_first_search
     ends = Counter()
-    for q, seq in made_:
+    for t in made_:
+        q, seq = t.question, t.seq
         text = chat.tok.decode(seq.ids)
         model_calls = text.count("<tool_call>") - 1 - forced  # the system prompt shows the syntax once
         ends[model_calls] += 1
@@ -151,7 +158,8 @@ def probed(shipped):
         "train": cfg.train.model_copy(update={"trainable_layers": 1}),
     })  # fmt: skip
     chat = ChatFormat.for_agent(tok, cfg.agent)
-    data = [s for _, s in warmup.transcripts(synthetic[:8], backend, chat, cfg, titles, random.Random(0))]
+    made_ = warmup.transcripts(synthetic[:8], backend, chat, cfg, titles, random.Random(0))
+    data = [t.seq for t in made_]
 
     def run(**model):
         c = cfg.model_copy(update={"model": cfg.model.model_copy(update=model)})
@@ -161,7 +169,8 @@ def probed(shipped):
 
         def measure(step):
             calls.append(step)
-            return warmup.probe(m, chat, backend, synthetic[8:11], c, seed=0)
+            forced = warmup.content_entropy_forced(m, made_, chat.pad_id, 1.0)
+            return warmup.probe(m, chat, backend, synthetic[8:11], c, seed=0) | {"content_entropy_forced": forced}
 
         with pytest.warns(UserWarning) if model.get("warmup_min_answered", 0) > 0 else nullcontext():
             result = warmup.warm_up(m, data, c, chat.pad_id, measure)
@@ -174,7 +183,9 @@ def probed(shipped):
 def test_probe_reports_the_rollouts_rates(probed):
     result, calls, same = probed(warmup_steps=3, warmup_min_valid_calls=0.0, warmup_min_answered=0.0)
     assert result.stop == "passed" and result.steps == 0 and calls == [0] and same and not result.losses
-    assert set(result.before) == {"em", "f1", "answered", "valid_calls", "searches", "entropy", "content_entropy"}
+    assert set(result.before) == {"em", "f1", "answered", "valid_calls", "searches", "entropy", "content_entropy",
+                                  "content_entropy_forced"}
+    assert result.before["content_entropy_forced"] > 9.0  # near log(49152) = 10.8
     assert result.before["answered"] == 0.0 and result.before["valid_calls"] == 0.0  # random tokens: no format
     assert result.before["entropy"] > 5.0  # near-uniform over 49k tokens at temperature 1
     assert result.metrics(8)["warmup_before_entropy"] == result.before["entropy"]

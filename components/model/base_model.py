@@ -24,7 +24,7 @@ from components.data.schema import Question
 from components.data.synthetic import COUNTERFACTUAL, FACTUAL, RELATIONS, question_text, words
 from components.io import atomic_path
 from components.model import warmup
-from components.model.loading import load_model, pick_device
+from components.model.loading import autocast, load_model, pick_device
 from components.model.priming import corpus_chunks, make_transcripts, prime
 from components.model.source import SOURCE_FILE, materialise
 from components.model.tiny import build_model, build_tokenizer
@@ -75,7 +75,8 @@ def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]
     chat = ChatFormat.for_agent(tok, cfg.agent)  # as the trainer's rollouts
     backend = make_backend(cfg)
     try:
-        data = [t for _, t in warmup.transcripts(questions, backend, chat, cfg, titles, rng)]
+        data = [t.seq for t in warmup.transcripts(questions, backend, chat, cfg, titles, rng)]
+        held_out = warmup.transcripts(probe_qs, backend, chat, cfg, titles, rng)
         if not data:
             raise ValueError("model.warmup_steps: no warm-up transcript fits agent.max_total_tokens")
         seed = cfg.project.seed
@@ -85,7 +86,9 @@ def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]
             shown: list[str] = []
             scores = warmup.probe(model, chat, backend, probe_qs, cfg, seed, shown)
             tracker.log_text("\n\n".join(shown), f"warmup/probe_step_{step:04d}.txt")
-            return scores
+            with autocast(cfg, next(model.parameters()).device):
+                forced = warmup.content_entropy_forced(model, held_out, chat.pad_id, cfg.train.temperature)
+            return scores | {"content_entropy_forced": forced}
 
         result = warmup.warm_up(model, data, cfg, chat.pad_id, measure, log=tracker.log_metrics)
     finally:

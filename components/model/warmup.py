@@ -12,9 +12,9 @@ contains: the results shown are the top hits that are not supporting passages an
 
 The warm-up stops by measurement (`probe`): every `model.warmup_probe_every` steps, episodes sampled at the
 training temperature on held-out training questions through the real rollout. It stops once the valid-call and
-answered rates pass their thresholds; when the sampling entropy of content tokens (queries and answers: format
-tokens are meant to become deterministic) falls below `model.warmup_min_entropy`, it goes back to the last probed
-weights above it; `model.warmup_steps` caps it.
+answered rates pass their thresholds; when the entropy at content tokens (queries and answers, teacher-forced on
+held-out transcripts: format tokens are meant to become deterministic) falls below `model.warmup_min_entropy`, it
+goes back to the last probed weights above it; `model.warmup_steps` caps it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import re
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from tqdm import tqdm
@@ -103,6 +103,13 @@ def answer_turn(chat: ChatFormat, answer: str) -> tuple[list[int], list[int]]:
 
 
 @dataclass
+class Transcript:
+    question: Question
+    seq: Sequence_
+    content: list[int]  # positions of the untaught content tokens: queries other than the question, the answer
+
+
+@dataclass
 class _Draft:
     q: Question
     banned: list[str]
@@ -112,13 +119,19 @@ class _Draft:
     names: list[str]
     queried: set[str]
     query: str  # the next search's query
+    content: list[int] = field(default_factory=list)
     ok: bool = True
+
+    def add_turn(self, ids: list[int], targets: list[int]) -> None:
+        self.content += [len(self.ids) + j for j, t in enumerate(targets) if not t]
+        self.ids += ids
+        self.targets += targets
 
 
 def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: ChatFormat, cfg: Config,
-                titles: dict[str, str], rng: random.Random) -> list[tuple[Question, Sequence_]]:  # fmt: skip
-    """(question, transcript) for each question whose every search keeps at least one clean hit and whose
-    transcript fits in agent.max_total_tokens; the searches of all transcripts run in batches, turn by turn."""
+                titles: dict[str, str], rng: random.Random) -> list[Transcript]:  # fmt: skip
+    """A transcript for each question whose every search keeps at least one clean hit and whose transcript fits
+    in agent.max_total_tokens; the searches of all transcripts run in batches, turn by turn."""
     agent, top_k = cfg.agent, cfg.retrieval.top_k
     cut = chat.cutter(agent.passage_max_tokens)
     forced = agent.force_first_search
@@ -137,12 +150,13 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
             if not shown:
                 d.ok = False
                 continue
-            env_turn = forced and turn == 0  # the environment's own first search: all of it is prompt
             ids, targets = call_turn(chat, d.query, d.query == d.q.question)
-            obs = format_hits(shown, cut)
-            insert = list(chat.insert_ids(obs, True))
-            d.ids += ids + insert
-            d.targets += ([0] * len(ids) if env_turn else targets) + [0] * len(insert)
+            if forced and turn == 0:  # the environment's own first search: all of it is prompt
+                d.ids, d.targets = d.ids + ids, d.targets + [0] * len(ids)
+            else:
+                d.add_turn(ids, targets)
+            insert = list(chat.insert_ids(format_hits(shown, cut), True))
+            d.ids, d.targets = d.ids + insert, d.targets + [0] * len(insert)
             d.queried.add(d.query)
             d.names += [n for n in names_in(shown, d.banned) if n not in d.names]
             d.searches -= 1
@@ -153,10 +167,9 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
         answers = [n for n in d.names if not mentions(n, d.q.answers)]  # not even one the question names
         if not d.ok or not answers:
             continue
-        answer = rng.choice(answers)
-        ids, targets = answer_turn(chat, answer)
-        if len(d.ids) + len(ids) <= agent.max_total_tokens:
-            out.append((d.q, Sequence_(d.ids + ids, d.targets + targets)))
+        d.add_turn(*answer_turn(chat, rng.choice(answers)))
+        if len(d.ids) <= agent.max_total_tokens:
+            out.append(Transcript(d.q, Sequence_(d.ids, d.targets), d.content))
     return out
 
 
@@ -201,6 +214,29 @@ def probe(model, chat: ChatFormat, backend: SearchBackend, questions: Sequence[Q
         "entropy": stats.entropy,
         "content_entropy": content_entropy(trajs, chat),
     }
+
+
+@torch.no_grad()
+def content_entropy_forced(model, data: Sequence[Transcript], pad_id: int, temperature: float,
+                           micro: int = 4) -> float:  # fmt: skip
+    """The entropy (nats) of the model's next-token distribution at `temperature` where the transcripts' content
+    tokens are predicted (the answer's text, queries other than the question), teacher-forced: what the model
+    would sample there, measurable before it writes the format on its own."""
+    device = next(model.parameters()).device
+    head, total, n = model.get_output_embeddings(), 0.0, 0
+    for i in range(0, len(data), micro):
+        part = data[i : i + micro]
+        width = max(len(t.seq.ids) for t in part)
+        ids = torch.full((len(part), width), pad_id, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for r, t in enumerate(part):
+            ids[r, : len(t.seq.ids)], attn[r, : len(t.seq.ids)] = torch.tensor(t.seq.ids), 1
+        hidden = model.base_model(input_ids=ids.to(device), attention_mask=attn.to(device)).last_hidden_state
+        rows = torch.tensor([r for r, t in enumerate(part) for _ in t.content], dtype=torch.long)
+        cols = torch.tensor([p - 1 for t in part for p in t.content], dtype=torch.long)
+        logp = torch.log_softmax(head(hidden[rows, cols]).float() / temperature, -1)
+        total, n = total - float((logp.exp() * logp).sum()), n + len(rows)
+    return total / n if n else 0.0
 
 
 def passed(scores: dict[str, float], cfg: Config) -> bool:
@@ -265,8 +301,8 @@ def warm_up(model, data: list[Sequence_], cfg: Config, pad_id: int, measure: Cal
             continue
         scores = scored(step)
         bar.set_postfix(valid=f"{scores['valid_calls']:.2f}", answered=f"{scores['answered']:.2f}",
-                        content_entropy=f"{scores['content_entropy']:.2f}")  # fmt: skip
-        if scores["content_entropy"] < mc.warmup_min_entropy:
+                        content_entropy=f"{scores['content_entropy_forced']:.2f}")  # fmt: skip
+        if scores["content_entropy_forced"] < mc.warmup_min_entropy:
             stop = "entropy_floor"
             break
         kept = (step, scores, [p.detach().clone() for p in params])
@@ -279,7 +315,7 @@ def warm_up(model, data: list[Sequence_], cfg: Config, pad_id: int, measure: Cal
             p.copy_(w)
     if stop != "passed":
         warnings.warn(f"model.warmup: stopped by {stop} at step {steps} with valid_calls={after['valid_calls']:.2f}, "
-                      f"answered={after['answered']:.2f}, content_entropy={after['content_entropy']:.3f} (thresholds "
+                      f"answered={after['answered']:.2f}, content_entropy_forced={after['content_entropy_forced']:.3f} (thresholds "
                       f"{mc.warmup_min_valid_calls}, {mc.warmup_min_answered}, floor {mc.warmup_min_entropy})",
                       stacklevel=2)  # fmt: skip
     model.requires_grad_(True)
