@@ -26,7 +26,8 @@ import yaml
 from components import artifacts
 from components.agent.rewards import sub_exact_match
 from components.config import RewardConfig, load_config
-from components.data.prepare import read_questions
+from components.data.prepare import read_passages, read_questions
+from components.model import warmup
 from components.model.loading import autocast, load_model, pick_device
 from components.retrieval.factory import make_backend
 from components.rl.advantages import groups_with_signal
@@ -71,6 +72,20 @@ def sample(cfg, model, tok, questions, group: int, temperature: float, seed: int
     finally:
         backend.close()
     return trajs, chat, stats
+
+
+def forced_entropy(cfg, model, tok, questions) -> float:
+    """The teacher-forced entropy at content tokens of warm-up transcripts of `questions` (the warm-up's floor)."""
+    chat = ChatFormat.for_agent(tok, cfg.agent)
+    wanted = {i for q in questions for i in q.supporting_ids}
+    titles = {p.id: p.title for p in read_passages(artifacts.passages(cfg)) if p.id in wanted}
+    backend = make_backend(cfg)
+    try:
+        made = warmup.transcripts(questions, backend, chat, cfg, titles, random.Random(0))
+    finally:
+        backend.close()
+    with autocast(cfg, next(model.parameters()).device):
+        return warmup.content_entropy_forced(model, made, chat.pad_id, cfg.train.temperature)
 
 
 def rows_for(trajs, chat, stats, group: int, sizes: list[int]) -> list[dict]:
@@ -118,6 +133,7 @@ def main() -> None:
     train = [q for q in read_questions(artifacts.questions(cfg)) if q.dataset in cfg.train.datasets and q.split == "train"]
     questions = random.Random(f"signal:{args.seed}").sample(train, args.questions)
     model, tok = load_model(args.model or artifacts.base_model(cfg), cfg, pick_device(cfg))
+    forced = forced_entropy(cfg, model, tok, questions)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"{cpu_model()}, {args.threads} thread(s); {datetime.date.today()}; commit {commit}; model {args.model}; "
           f"force_first_search={cfg.agent.force_first_search}; {args.questions} train questions of {cfg.train.datasets}")
@@ -125,9 +141,9 @@ def main() -> None:
     for temp in args.temperature:
         trajs, chat, stats = sample(cfg, model, tok, questions, args.group, temp, args.seed)
         for r in rows_for(trajs, chat, stats, args.group, [s for s in args.sizes if s <= args.group]):
-            rows.append({"temperature": temp, **r})
+            rows.append({"temperature": temp, **r, "content_entropy_forced": forced})
     cols = ["temperature", "group", "reward", "groups_with_signal", "mean_reward", "answered", "valid_calls",
-            "searches", "em", "f1", "subem", "entropy", "content_entropy", "tokens_per_s"]  # fmt: skip
+            "searches", "em", "f1", "subem", "entropy", "content_entropy", "content_entropy_forced", "tokens_per_s"]  # fmt: skip
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
         print("| " + " | ".join(f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
