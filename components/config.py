@@ -344,6 +344,9 @@ class RolloutConfig(Section):
         default=0.5, ge=0, le=1, description="a decode step runs over every row when this share decodes, else over "
         "the decoding rows alone (their cache rows gathered)")  # fmt: skip
     prefill_tokens: int = Field(default=4096, ge=1, description="rows x columns per prefill forward (bounds memory)")
+    compact_fraction: float = Field(
+        default=0.5, ge=0, lt=1, description="once no episode is queued and at most this share of the rows hold "
+        "episodes, the cache shrinks to those rows (one copy; decode steps then run over few, contiguous rows); 0: never")  # fmt: skip
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         default="auto", description='weights the rollout runs on; "auto": a bf16 copy where bf16 is native and '
         "model.autocast is on, else the policy itself")  # fmt: skip
