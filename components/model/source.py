@@ -99,20 +99,50 @@ def verify(source: Source) -> str:
     return got
 
 
-def gguf_header(path: str | Path) -> dict[str, str]:
-    """general.name and general.architecture, read with the GGUF reader (the file is data: nothing in it runs)."""
+CONTROL, USER_DEFINED = 3, 4  # GGUF token types (tokenizer.ggml.token_type) of special and of added tokens
+
+
+def read_gguf(path: str | Path):
+    """The GGUF's fields, read with the GGUF reader (the file is data: nothing in it runs)."""
     from gguf import GGUFReader
 
     try:
-        fields = GGUFReader(path).fields
+        return GGUFReader(path).fields
     except Exception as err:  # any failure to parse untrusted bytes is the file's, reported in one line
         raise ModelSourceError(f"{path}: not a readable GGUF ({type(err).__name__}: {err})") from None
-    out = {}
-    for key in ("general.name", "general.architecture"):
-        field = fields.get(key)
-        if field is not None:
-            out[key.removeprefix("general.")] = field.contents()
+
+
+def gguf_header(fields) -> dict[str, str]:
+    """general.name and general.architecture."""
+    return {k.removeprefix("general."): fields[k].contents() for k in ("general.name", "general.architecture") if k in fields}
+
+
+def gguf_added_tokens(fields) -> list[tuple[str, bool]]:
+    """(token, special) for every CONTROL (special) and USER_DEFINED (e.g. Qwen's <tool_call>) token of the GGUF."""
+    tokens, types = fields.get("tokenizer.ggml.tokens"), fields.get("tokenizer.ggml.token_type")
+    if tokens is None or types is None:
+        return []
+    out = []
+    for i, (t, k) in enumerate(zip(tokens.data, types.data)):
+        kind = int(types.parts[k][0])
+        if kind in (CONTROL, USER_DEFINED):
+            out.append((bytes(tokens.parts[t]).decode("utf-8"), kind == CONTROL))
     return out
+
+
+def restore_added_tokens(tokenizer, added: list[tuple[str, bool]]) -> int:
+    """Register the GGUF's control and user-defined tokens the conversion left as plain vocabulary (transformers
+    keeps only eos/bos/pad of Qwen2's), so "</tool_call>" encodes to the one id the model writes; ids do not change."""
+    from tokenizers import AddedToken
+
+    have = {t.content for t in tokenizer.added_tokens_decoder.values()}
+    missing = [AddedToken(t, special=special, normalized=False) for t, special in added if t not in have]
+    size = len(tokenizer)
+    if missing:
+        tokenizer.add_tokens(missing)
+    if len(tokenizer) != size:
+        raise ModelSourceError(f"GGUF tokenizer: {len(tokenizer) - size} control/user-defined tokens are not in its vocabulary")
+    return len(missing)
 
 
 def fix_special_tokens(tokenizer, model) -> None:
@@ -137,20 +167,21 @@ def convert(source: Source, out: Path) -> dict[str, float | str]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    kwargs, header = {}, {}
+    kwargs, fields = {}, {}
     where = source.location
     if source.kind == "gguf":
-        header = gguf_header(source.location)  # a file the GGUF reader refuses never reaches transformers
+        fields = read_gguf(source.location)  # a file the GGUF reader refuses never reaches transformers
         where, kwargs = str(Path(source.location).parent), {"gguf_file": Path(source.location).name}
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **kwargs)
     except (OSError, ValueError) as err:
         raise ModelSourceError(f"model.name_or_path: cannot load {source.location} ({err})") from None
+    restored = restore_added_tokens(tokenizer, gguf_added_tokens(fields)) if fields else 0
     fix_special_tokens(tokenizer, model)
     info = {**source.describe(), "params": sum(p.numel() for p in model.parameters()),
             "architecture": type(model).__name__}  # fmt: skip
-    info |= {f"gguf_{k}": v for k, v in header.items()}
+    info |= {f"gguf_{k}": v for k, v in gguf_header(fields).items()} | ({"added_tokens_restored": restored} if fields else {})
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / SOURCE_FILE).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
