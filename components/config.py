@@ -238,7 +238,10 @@ class RewardConfig(Section):
 
 
 class AgentConfig(Section):
-    system_prompt: bool = Field(default=True, description="start with the system prompt (the primed tiny model needs none)")
+    system_prompt: bool | Annotated[str, Field(min_length=1)] = Field(
+        default=True, description="true: the agent's system prompt (components/agent/prompts.py); false: none (the primed "
+        "tiny model needs none); a string: that text as the system prompt"
+    )
     max_turns: int = Field(default=4, ge=1, description="model turns per episode, the answer turn included")
     max_tokens_per_turn: int = Field(default=48, ge=1)
     max_total_tokens: int = Field(default=512, ge=16, description="prompt + all turns; longer episodes are cut")
@@ -455,6 +458,10 @@ class EvaluateConfig(Section):
     )
     baselines: list[Literal["direct", "naive_rag", "base_agent", "pretrained_agent"]] = Field(
         default_factory=lambda: ["direct", "naive_rag", "base_agent"]
+    )
+    naive_rag: Literal["tool_response", "question_turn"] = Field(
+        default="tool_response", description="where naive RAG shows its passages: as the result of a completed search "
+        "call (the agent's own format), or above the question in the question turn (Search-R1's baseline)"
     )
     batch_tokens: int = Field(
         default=131072, ge=1,

@@ -1,8 +1,8 @@
 """Run the agent greedily on questions and score it; plus the baselines the evaluate stage compares against.
 
 Modes: "agent" (multi-turn with tools; use the base model for "tools, no RL"), "direct" (no retrieval: the
-answer tag is prefilled), "naive_rag" (one search with the question as the query, shown as an observation,
-then the answer tag is prefilled). Baselines are scored on plain generation (components.rollout.answers),
+answer tag is prefilled), "naive_rag" (one search with the question as the query, shown as the observation of a
+completed call, or in the question turn with `naive_rag="question_turn"`; then the answer tag is prefilled). Baselines are scored on plain generation (components.rollout.answers),
 the agent on its strict answer tag.
 """
 
@@ -14,6 +14,7 @@ from typing import Literal
 
 from components.agent.env import ToolEnv
 from components.agent.parser import ANSWER_OPEN, call_text
+from components.agent.prompts import initial_messages, render_prompt
 from components.agent.rewards import exact_match, f1
 from components.agent.tools import SearchTool
 from components.config import AgentConfig
@@ -27,6 +28,7 @@ from components.rollout.steps import episode_steps
 from components.rollout.trajectory import Trajectory
 
 Mode = Literal["agent", "direct", "naive_rag"]
+NaiveRag = Literal["tool_response", "question_turn"]  # where naive RAG shows its passages
 
 
 BATCH_TOKENS = 131072  # default token budget of one evaluation batch (see token_batches)
@@ -83,6 +85,7 @@ def evaluate_agent(
     batch_tokens: int = BATCH_TOKENS,
     stats: RolloutStats | None = None,
     desc: str | None = None,
+    naive_rag: NaiveRag = "tool_response",
 ) -> list[AgentResult]:
     """Greedy episodes in batches of at most `batch_tokens` (rows x their longest possible length)."""
     chat = ChatFormat.for_agent(tokenizer, agent, getattr(model, "generation_config", None))
@@ -92,7 +95,7 @@ def evaluate_agent(
     env = make_env(backend, questions, agent, top_k, chat)
     prefill = ANSWER_OPEN if mode != "agent" else ""
     if mode == "naive_rag":
-        prompts = _naive_rag_prompts(questions, chat, env)
+        prompts = _naive_rag_prompts(questions, chat, env, naive_rag)
     else:
         prompts = [chat.prompt_ids(q.question) for q in questions]
     extra = len(chat.encode(prefill)) if prefill else 0
@@ -150,9 +153,10 @@ def _result(t: Trajectory, chat: ChatFormat, plain: bool) -> AgentResult:
                        ep.f1, plain, ep.outcome, sum(ep.process_rewards), episode_steps(t))  # fmt: skip
 
 
-def _naive_rag_prompts(qs: list[Question], chat: ChatFormat, env: ToolEnv) -> list[list[int]]:
+def _naive_rag_prompts(qs: list[Question], chat: ChatFormat, env: ToolEnv, where: NaiveRag) -> list[list[int]]:
     """One search per question, the question as the query, through the agent's own search tool (so the
-    observation reads exactly as an agent's search would), shown as a completed first call."""
+    observation reads exactly as an agent's search would). Shown as a completed first call ("tool_response"), or
+    above the question in the question turn ("question_turn", Search-R1's naive RAG)."""
     by_corpus: dict[str, list[int]] = {}
     for i, q in enumerate(qs):
         by_corpus.setdefault(q.corpus, []).append(i)
@@ -162,6 +166,11 @@ def _naive_rag_prompts(qs: list[Question], chat: ChatFormat, env: ToolEnv) -> li
         observations.update((i, r.text) for i, r in zip(idx, results))
     prompts = []
     for i, q in enumerate(qs):
+        if where == "question_turn":
+            messages = initial_messages(q.question, chat.system_prompt)
+            messages[-1]["content"] = f"Search results:\n{observations[i]}\n\n{messages[-1]['content']}"
+            prompts.append(chat.encode(render_prompt(chat.tok, messages, chat.tools)))
+            continue
         ids = chat.prompt_ids(q.question) + chat.encode(call_text(q.question)) + [chat.eos_id]
         prompts.append(ids + list(chat.insert_ids(observations[i], True)))
     return prompts
