@@ -119,6 +119,7 @@ def main() -> None:
     ap.add_argument("--systems", nargs="+", default=None,
                     help="default: direct naive_rag pretrained_agent, and base_agent when model.warmup_steps > 0")
     ap.add_argument("--out", default="docs/benchmarks.md")
+    ap.add_argument("--note", default="", help="a line printed under the section's heading (e.g. what is unusual)")
     ap.add_argument("--raw", default=None, help="per-question results (JSON); default artifacts/bench/baselines-<profile>.json")
     args = ap.parse_args()
     apply_defaults()
@@ -158,7 +159,7 @@ def main() -> None:
     raw.write_text(json.dumps(report, indent=1), encoding="utf-8")
     a = cfg.agent
     body = [f"## Baselines, profile `{args.profile}`", "",
-            f"{CAVEATS.get(args.profile, '')} {PAPER}", "",
+            f"{CAVEATS.get(args.profile, '')} {PAPER}", "", *([args.note, ""] if args.note else []),
             f"Machine: {machine()}, {torch.get_num_threads()} torch thread(s); {time.strftime('%Y-%m-%d')}; commit {commit()}. "
             f"Command: `python benchmarks/baselines.py --profile {args.profile}"
             + (f" --limit {args.limit}" if args.limit else "") + "".join(f" -S {s}" for s in args.set)
