@@ -3,8 +3,10 @@
 profile's evaluation sets. Per system and set: EM with its 95 % Wilson interval, F1, answered rate, mean searches
 and turns, wall time and generated tokens/s. The table replaces the profile's section of docs/benchmarks.md.
 
-    python benchmarks/baselines.py [--profile qwen] [--limit N] [--systems direct naive_rag pretrained_agent]
-                                   [-S key=value ...] [--out docs/benchmarks.md]
+    python benchmarks/baselines.py [--profile qwen] [--full | --limit N] [--systems direct naive_rag ...]
+                                   [-S key=value ...] [--out docs/benchmarks.md] [--note TEXT]
+
+--full: every question of each evaluation set (HotpotQA's 300 IRCoT dev questions, 2Wiki's 104, MuSiQue's 192).
 
 Needs the profile's prepared data, index and models: `dvc exp run -S profile=qwen` up to base_model, or
 `agentr1 prepare -S profile=qwen` (then validate, index, base-model). Greedy decoding, `evaluate.batch_tokens` per
@@ -116,6 +118,7 @@ def main() -> None:
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("-S", "--set", action="append", default=[], help="override, e.g. -S agent.max_turns=3")
     ap.add_argument("--limit", type=int, default=None, help="first N questions of each set (default: evaluate.sets)")
+    ap.add_argument("--full", action="store_true", help="every question of each set (the paper's table)")
     ap.add_argument("--systems", nargs="+", default=None,
                     help="default: direct naive_rag pretrained_agent, and base_agent when model.warmup_steps > 0")
     ap.add_argument("--out", default="docs/benchmarks.md")
@@ -136,7 +139,8 @@ def main() -> None:
     questions = read_questions(artifacts.require(cfg, artifacts.questions(cfg)))
     sets = {}
     for spec in cfg.evaluate.sets:
-        spec = spec.model_copy(update={"limit": args.limit}) if args.limit else spec
+        if args.limit or args.full:
+            spec = spec.model_copy(update={"limit": None if args.full else args.limit})
         sets[f"{spec.dataset}/{spec.split}"] = select(questions, spec)
     dirs = {"base": artifacts.base_model(cfg), "pretrained": artifacts.pretrained_model(cfg)}
     report: dict[str, dict[str, dict]] = {name: {} for name in sets}
@@ -162,7 +166,7 @@ def main() -> None:
             f"{CAVEATS.get(args.profile, '')} {PAPER}", "", *([args.note, ""] if args.note else []),
             f"Machine: {machine()}, {torch.get_num_threads()} torch thread(s); {time.strftime('%Y-%m-%d')}; commit {commit()}. "
             f"Command: `python benchmarks/baselines.py --profile {args.profile}"
-            + (f" --limit {args.limit}" if args.limit else "") + "".join(f" -S {s}" for s in args.set)
+            + (f" --limit {args.limit}" if args.limit else "") + (" --full" if args.full else "") + "".join(f" -S {s}" for s in args.set)
             + (f" --systems {' '.join(args.systems)}" if args.systems else "") + f"`; {total / 60:.1f} min in all.", "",
             f"Greedy; top {cfg.retrieval.top_k} passages of {a.passage_max_tokens or 'uncut'} tokens per search, "
             f"{a.max_turns} turns of {a.max_tokens_per_turn} tokens, {a.max_total_tokens} tokens an episode. EM/F1 with "
