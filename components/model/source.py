@@ -123,7 +123,7 @@ def gguf_added_tokens(fields) -> list[tuple[str, bool]]:
     if tokens is None or types is None:
         return []
     out = []
-    for i, (t, k) in enumerate(zip(tokens.data, types.data)):
+    for t, k in zip(tokens.data, types.data):
         kind = int(types.parts[k][0])
         if kind in (CONTROL, USER_DEFINED):
             out.append((bytes(tokens.parts[t]).decode("utf-8"), kind == CONTROL))
