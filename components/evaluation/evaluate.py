@@ -75,7 +75,8 @@ def run(cfg: Config, tracker) -> dict[str, float]:
             for name, qs in sets.items():
                 with autocast(cfg, model.device):
                     results = evaluate_agent(model, tokenizer, qs, backend, cfg.agent, top_k=cfg.retrieval.top_k,
-                                             mode=mode, batch_tokens=cfg.evaluate.batch_tokens, desc=f"{system} {name}")  # fmt: skip
+                                             mode=mode, batch_tokens=cfg.evaluate.batch_tokens, desc=f"{system} {name}",
+                                             naive_rag=cfg.evaluate.naive_rag)  # fmt: skip
                 summary = summarize(results)
                 put(report, system, name, summary)
                 rows.append({"system": system, "set": name, **summary, "n": len(results)})
