@@ -39,6 +39,7 @@ class RolloutStats:
     forward_calls: int = 0
     decode_steps: int = 0
     row_steps: int = 0  # rows computed over all decode steps (idle rows included)
+    fed_rows: int = 0  # rows that fed a token over all decode steps
     compactions: int = 0  # times the cache shrank to its busy rows (RolloutConfig.compact_fraction)
     entropy_sum: float = 0.0  # of the sampling distribution, over every sampled token
     phase_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
@@ -161,6 +162,7 @@ class _Scheduler:
             with self.clock("decode"):
                 self.logits[rows] = self.slots.decode(rows, tok, self.chat.pad_id)
                 st.decode_steps += 1
+                st.fed_rows += len(rows)
                 st.row_steps += self.slots.n if len(rows) >= self.ec.full_step_fraction * self.slots.n else len(rows)
 
     def answer_and_prefill(self) -> None:
