@@ -129,3 +129,17 @@ def test_rescore_replays_the_episode_rewards(trajs, toy):
     for t in trajs:
         assert t.episode.rescore(toy.agent.reward) == pytest.approx(t.episode.total_reward)
         assert sum(t.rewards) == pytest.approx(t.episode.total_reward)
+
+
+def test_sampling_draws_each_token_at_its_probability_and_never_an_impossible_one():
+    from components.rollout.engine import _sample
+
+    logits = torch.tensor([[2.0, 0.5, float("-inf"), -1.0, 1.0, float("-inf")]]).expand(100_000, 6).contiguous()
+    tok, logp, entropy = _sample(logits, 1.0, torch.Generator().manual_seed(0))
+    want = torch.softmax(logits[0], -1)
+    freq = torch.bincount(tok, minlength=6).double() / len(tok)
+    assert freq[2] == 0 and freq[5] == 0
+    assert torch.allclose(freq, want.double(), atol=0.005), (freq, want)
+    assert torch.allclose(logp, want.log()[tok]) and torch.allclose(entropy, torch.special.entr(want).sum())
+    again, _, _ = _sample(logits, 1.0, torch.Generator().manual_seed(0))
+    assert torch.equal(tok, again)  # reproducible from the generator

@@ -74,13 +74,19 @@ class _Clock:
 
 
 def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | None):
-    """Next tokens, their log-probs and the entropy of each row's distribution (temperature 0 = greedy)."""
+    """Next tokens, their log-probs and the entropy of each row's distribution (temperature 0 = greedy).
+
+    Sampling inverts each row's CDF at one uniform draw: torch.multinomial draws a random number per vocabulary
+    entry (82 ms for 64 rows of SmolLM2's 49,152 on 2 cores, against 1.3 ms)."""
     logp = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
+    probs = logp.exp()
     if temperature <= 0:
         tok = logits.argmax(-1)
     else:
-        tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
-    entropy = -(logp.exp() * logp).sum(-1)
+        cdf = probs.cumsum(-1)
+        u = torch.rand(len(cdf), 1, generator=generator).to(cdf.device) * cdf[:, -1:] * (1 - 2**-23)
+        tok = torch.searchsorted(cdf, u, right=True).squeeze(-1)  # right: a zero-probability token is never drawn
+    entropy = torch.special.entr(probs).sum(-1)  # 0 where a probability is 0
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1), entropy
 
 
