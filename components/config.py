@@ -406,7 +406,7 @@ class TrainConfig(Section):
     gamma: float = Field(default=1.0, ge=0, le=1)
     lam: float = Field(default=1.0, ge=0, le=1)
     loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
-    entropy_coef: float = 0.0
+    entropy_coef: float = Field(default=0.0, ge=0, description="entropy bonus weight; negative would reward collapse")
     kl_coef: float = Field(default=0.0, ge=0, description="KL-to-reference loss weight; 0 disables the reference")
     kl_penalty: Literal["kl", "low_var_kl", "mse", "k1", "k2", "k3", "abs"] = "low_var_kl"
     temperature: float = Field(default=1.0, gt=0)
