@@ -16,6 +16,7 @@ import random
 import re
 import shutil
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 
 from components.io import atomic_path, exclusive
+from components.rollout.traces import LINEAGE_TAG, EpisodeTrace, trace_key
 
 _DIR = re.compile(r"^step-(\d{8})$")
 STATE = "state.json"
@@ -167,6 +169,8 @@ class TrainLog:
 
     A step's metrics reach the tracker only after a checkpoint holds them; a resumed run first re-logs the
     checkpoint's curve. So the tracker's run holds every step exactly once, whatever point a kill -9 hit.
+    A step's traces are logged when it runs, tagged with the training's lineage (its first run's id, carried by the
+    checkpoints); a resumed run skips those its lineage logged already, so the store holds each step's once.
     """
 
     def __init__(self, root: Path, modules: dict[str, torch.nn.Module], optimizers: dict[str, torch.optim.Optimizer],
@@ -176,15 +180,30 @@ class TrainLog:
         self.curve: list[tuple[int, dict[str, Any]]] = []  # checkpointed
         self.pending: list[tuple[int, dict[str, Any]]] = []  # not yet checkpointed (nor logged)
         self.history: dict[str, Any] = {"best_em": None, "steps_to_target": None}
+        self.lineage: str | None = tracker.run_id
+        self.logged: set[str] | None = set()  # trace keys the lineage logged; None until read from the store
 
     def resume(self) -> int:
         """Load the latest usable checkpoint into the modules and optimizers; the step to start from."""
         state = load_latest(self.root, self.modules, self.optimizers)
         if state is not None:
             self.start, self.curve, self.history = state["step"], state["curve"], state["history"]
+            self.lineage, self.logged = state.get("lineage") or state["run_id"] or self.lineage, None
             flush(self.tracker, self.curve)
             self.tracker.set_tags({"resumed_from_step": str(self.start), "resumed_from_run": str(state["run_id"])})
         return self.start
+
+    def log_traces(self, n: int, episodes: list[EpisodeTrace]) -> None:
+        """Step n's episodes as traces, but for those this training's runs logged already (before a kill)."""
+        if not episodes:
+            return
+        if self.logged is None:
+            self.logged = {trace_key(t) for t in self.tracker.trace_tags(LINEAGE_TAG, self.lineage)} if self.lineage else set()
+        tags = {LINEAGE_TAG: self.lineage} if self.lineage else {}
+        new = [replace(e, tags={**e.tags, **tags}) for e in episodes if trace_key(e.tags) not in self.logged]
+        if new:
+            self.tracker.log_traces(new, f"train/step {n}")
+            self.logged |= {trace_key(e.tags) for e in new}
 
     def dev_em(self, n: int, em: float | None, target: float | None) -> None:
         """Note held-out dev EM after step n: the best so far, and the first step that reached `target`."""
@@ -210,7 +229,7 @@ class TrainLog:
         """Save step n with the curve so far, then log the steps it newly holds."""
         self.curve += self.pending
         save(self.root, n, self.modules, self.optimizers,
-             {"run_id": self.tracker.run_id, "history": self.history, "curve": self.curve})  # fmt: skip
+             {"run_id": self.tracker.run_id, "lineage": self.lineage, "history": self.history, "curve": self.curve})  # fmt: skip
         flush(self.tracker, self.pending)
         self.pending = []
 
