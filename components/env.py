@@ -22,10 +22,8 @@ TELEMETRY_OFF = {
 # MKL's conditional numerical reproducibility: without it a matmul's last bits depend on its operands' memory
 # alignment, so two runs of one seed can sample different tokens (README, "Reproducibility on MKL"). MKL reads it once.
 REPRODUCIBLE = {"MKL_CBWR": "AUTO,STRICT"}
-# A batch job writes each trace when it is logged: each flush of MLflow's async queue idles about 1 s. Trace ids come
-# from a private generator, not from `random`, whose state a resumed training restores: else the resumed run reuses
-# the killed run's trace ids and overwrites its traces.
-SYNC_TRACES = {"MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "false", "MLFLOW_TRACE_USE_ISOLATED_RANDOM_ID_GENERATOR": "true"}
+# A batch job writes each trace when it is logged: each flush of MLflow's async queue idles about 1 s.
+SYNC_TRACES = {"MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "false"}
 
 
 def apply_defaults(root: str | Path | None = None) -> None:
