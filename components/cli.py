@@ -39,6 +39,7 @@ def _overrides(pairs: list[str] | None) -> dict:
 def _known_errors() -> tuple[type[BaseException], ...]:
     from components.config import ConfigError
     from components.data.schema import DataError
+    from components.io import DiskFull
     from components.model.source import ModelSourceError
     from components.retrieval.base import SearchError
 
@@ -48,7 +49,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from components.tracking.runs import TrackingError
 
     errors: list[type[BaseException]] = [ConfigError, DataError, ModelSourceError, SearchError, FileNotFoundError,
-                                         CheckpointError, PromotionError, AskError, TrackingError]  # fmt: skip
+                                         CheckpointError, PromotionError, AskError, TrackingError, DiskFull]  # fmt: skip
     try:
         from components.validation.validate import ValidationFailed
 

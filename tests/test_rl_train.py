@@ -263,8 +263,8 @@ def evaluate_(self, n):
 atomic = ckpt.atomic_path
 def save_(root, n, *args, **kwargs):
     @contextmanager
-    def atomic_(target):
-        with atomic(target) as tmp:
+    def atomic_(target, **kw):
+        with atomic(target, **kw) as tmp:
             yield tmp
             die("writing", n)  # checkpoint written in its temp dir, not yet moved in place
     ckpt.atomic_path = atomic_

@@ -102,22 +102,30 @@ def save(root: Path, step: int, modules: dict[str, torch.nn.Module], optimizers:
             if not torch.isfinite(p).all():
                 raise NonFiniteCheckpoint(f"{name}.{pname} has non-finite values at step {step}")
     target = root / f"step-{step:08d}"
-    with exclusive(root), atomic_path(target) as tmp:  # exclusive: first removes temps of killed writes
+    blob = {"modules": {k: m.state_dict() for k, m in modules.items()},
+            "optimizers": {k: o.state_dict() for k, o in optimizers.items()}, "rng": rng_state()}  # fmt: skip
+    # exclusive: first removes temps of killed writes; a full disk leaves the previous checkpoints as they were
+    with exclusive(root), atomic_path(target, need=_nbytes(blob)) as tmp:
         tmp.mkdir()
-        torch.save(
-            {
-                "modules": {k: m.state_dict() for k, m in modules.items()},
-                "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
-                "rng": rng_state(),
-            },
-            tmp / WEIGHTS,
-        )
+        with open(tmp / WEIGHTS, "wb") as f:  # a file object: torch's error on a full disk keeps the OSError
+            torch.save(blob, f)
         (tmp / STATE).write_text(json.dumps({"step": step, **state}, indent=1), encoding="utf-8")
         (tmp / SUMS).write_text("".join(f"{_sha256(tmp / n)}  {n}\n" for n in (WEIGHTS, STATE)), encoding="utf-8")
     others = sorted(d for d in root.iterdir() if _DIR.match(d.name) and d != target)
     for old in others[: max(0, len(others) - (keep - 1))]:
         shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def _nbytes(obj: Any) -> int:
+    """Bytes of the tensors in a nested state: about what torch.save writes."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(v) for v in obj)
+    return 0
 
 
 def load_latest(root: Path, modules: dict[str, torch.nn.Module],
