@@ -46,10 +46,12 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from components.rl.checkpoint import CheckpointError
     from components.serving.ask import AskError
     from components.tracking.promote import PromotionError
+    from components.tracking.registration import RegistrationError
     from components.tracking.runs import TrackingError
 
     errors: list[type[BaseException]] = [ConfigError, DataError, ModelSourceError, SearchError, FileNotFoundError,
-                                         CheckpointError, PromotionError, AskError, TrackingError, DiskFull]  # fmt: skip
+                                         CheckpointError, PromotionError, AskError, TrackingError, DiskFull,
+                                         RegistrationError]  # fmt: skip
     try:
         from components.validation.validate import ValidationFailed
 
