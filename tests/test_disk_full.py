@@ -56,9 +56,9 @@ def digests(root: Path) -> dict[str, str]:
 
 def need_mb(message: str) -> float:
     """The need the one-line message states, in MB."""
-    found = re.search(r"it needs (?:about|more than) ([0-9.]+) MB", message)
+    found = re.search(r"it needs (?:about|more than) ([0-9.]+) ([KMG]B)", message)
     assert found, message
-    return float(found.group(1))
+    return float(found.group(1)) * {"KB": 2**-10, "MB": 1, "GB": 2**10}[found.group(2)]
 
 
 def test_checkpoint_on_a_full_disk(small_disk, tmp_path):
@@ -132,3 +132,42 @@ def test_index_version_on_a_full_disk(small_disk, tmp_path):
     reopened = EmbeddedBackend(disk / "index", EmbeddedConfig(), seed=0)
     [hits] = reopened.search("wiki", [corpus[7].text], k=3)
     assert hits[0].id == "p7" and [h.id for h in hits] == [h.id for h in hits_before]
+
+
+def test_registered_model_on_a_full_disk(small_disk, mlflow_uri, tmp_path):
+    """The MLflow artifact store fills while `agentr1 register` logs the new version: one line, no traceback; the
+    champion, its files and the registry are as they were; the partial logged model is gone."""
+    import mlflow
+    from typer.testing import CliRunner
+
+    from components.cli import app
+    from components.config import parse_config
+    from components.registry import register
+    from components.tracking.registration import local_dir
+    from components.tracking.runs import stage_run
+    from tests.tiny_hf import train_and_eval
+
+    store = small_disk(tmp_path / "mlartifacts", "4m")  # the sqlite store's artifact root (tracking/runs.py)
+    (tmp_path / "params.yaml").write_text(f"project:\n  artifacts_dir: {tmp_path / 'artifacts'}\n")
+    cfg = parse_config({"project": {"artifacts_dir": str(tmp_path / "artifacts")}})
+    client = mlflow.MlflowClient()
+    name = cfg.registry.model_name
+    train_and_eval(cfg, tmp_path, 0.5)
+    with stage_run(cfg, "register") as tracker:
+        register.run(cfg, tracker)
+    champion = client.get_model_version_by_alias(name, "champion")
+    train_and_eval(cfg, tmp_path, 0.9)  # a better model: it would become champion
+    before = digests(store)
+    logged = mlflow.get_logged_model(champion.source.removeprefix("models:/"))
+    fill(store, leave=size_of(local_dir(logged.artifact_location)) // 2)  # room for half the model: a partial write
+
+    out = CliRunner().invoke(app, ["register", "-p", str(tmp_path / "params.yaml")])
+
+    assert out.exit_code == 1, out.output
+    line = " ".join(out.output.split())  # rich wraps long lines at the terminal width
+    assert "Traceback" not in out.output and re.search(r"agentr1 register failed: \S+: no space left on device", line)
+    assert str(store) in line and abs(need_mb(line) - size_of(tmp_path / "model-0.9") / 2**20) < 0.01
+    assert [str(v.version) for v in client.search_model_versions(f"name='{name}'")] == [str(champion.version)]
+    assert str(client.get_model_version_by_alias(name, "champion").version) == str(champion.version)
+    assert digests(store) == before  # the champion's files as they were, nothing of the new model left
+    assert f"models:/{mlflow.models.get_model_info(f'models:/{name}@champion').model_id}" == champion.source
