@@ -62,8 +62,12 @@ def size_of(path: str | Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink()) if path.is_dir() else 0
 
 
-def _mb(n: int) -> str:
-    return f"{n / 2**20:.1f} MB"
+def human(n: int) -> str:
+    """Bytes in KB, MB or GB (powers of 1024), one decimal."""
+    for unit, scale in (("GB", 2**30), ("MB", 2**20)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n / 2**10:.1f} KB"
 
 
 def disk_full(target: str | Path, need: int | None = None, written: int = 0) -> DiskFull:
@@ -71,8 +75,8 @@ def disk_full(target: str | Path, need: int | None = None, written: int = 0) -> 
     what was `written` before the disk filled, and the space free there now."""
     target = Path(target)
     free = _free(target)
-    needs = f"about {_mb(need)}" if need and need > written else f"more than {_mb(written)}"
-    return DiskFull(f"{target}: no space left on device: it needs {needs}, {_mb(free)} are free there; free some space "
+    needs = f"about {human(need)}" if need and need > written else f"more than {human(written)}"
+    return DiskFull(f"{target}: no space left on device: it needs {needs}, {human(free)} are free there; free some space "
                     f"(or move the project to a larger disk) and run again")  # fmt: skip
 
 
