@@ -45,10 +45,22 @@ def out_of_space(err: BaseException | None, where: str | Path | None = None) -> 
                 return True
             io_error = io_error or err.errno is None
         err = err.__cause__ or err.__context__
-    return io_error and where is not None and _free(where) < LOW_SPACE
+    return io_error and where is not None and free_space(where) < LOW_SPACE
 
 
-def _free(path: str | Path) -> int:
+def full_at(err: BaseException | None) -> str | None:
+    """The file whose write found the disk full, when the error names it (a copy names its source, then it)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in NO_SPACE and err.filename:
+            return os.fsdecode(err.filename2 or err.filename)
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def free_space(path: str | Path) -> int:
+    """Bytes free on the filesystem of `path` (or of its nearest existing parent)."""
     path = Path(path)
     where = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
     return shutil.disk_usage(where).free
@@ -74,7 +86,7 @@ def disk_full(target: str | Path, need: int | None = None, written: int = 0) -> 
     """The error for a write of `target` that found the disk full: its `need` (an estimate) if known, else at least
     what was `written` before the disk filled, and the space free there now."""
     target = Path(target)
-    free = _free(target)
+    free = free_space(target)
     needs = f"about {human(need)}" if need and need > written else f"more than {human(written)}"
     return DiskFull(f"{target}: no space left on device: it needs {needs}, {human(free)} are free there; free some space "
                     f"(or move the project to a larger disk) and run again")  # fmt: skip

@@ -171,3 +171,28 @@ def test_registered_model_on_a_full_disk(small_disk, mlflow_uri, tmp_path):
     assert str(client.get_model_version_by_alias(name, "champion").version) == str(champion.version)
     assert digests(store) == before  # the champion's files as they were, nothing of the new model left
     assert f"models:/{mlflow.models.get_model_info(f'models:/{name}@champion').model_id}" == champion.source
+
+
+def test_registered_model_on_a_full_temp_dir(small_disk, mlflow_uri, tmp_path, monkeypatch):
+    """MLflow saves the model in the temp dir before it uploads it: a full temp dir is named as the path."""
+    import tempfile
+
+    import mlflow
+
+    from components.config import parse_config
+    from components.registry import register
+    from components.tracking.runs import stage_run
+    from tests.tiny_hf import train_and_eval
+
+    cfg = parse_config({"project": {"artifacts_dir": str(tmp_path / "artifacts")}})
+    train_and_eval(cfg, tmp_path, 0.5)
+    temp = small_disk(tmp_path / "tmp", "1m")
+    fill(temp, leave=size_of(tmp_path / "model-0.5") // 2)
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    with pytest.raises(DiskFull) as caught:
+        with stage_run(cfg, "register") as tracker:
+            register.run(cfg, tracker)
+    monkeypatch.undo()
+    assert str(caught.value).startswith(f"{temp}: no space left on device: it needs about ")
+    assert mlflow.MlflowClient().search_model_versions(f"name='{cfg.registry.model_name}'") == []
+    assert [p.name for p in temp.iterdir() if not p.name.startswith("agentr1-registry-")] == [BALLAST]  # + the lock

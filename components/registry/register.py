@@ -12,7 +12,7 @@ from pathlib import Path
 from components import artifacts
 from components.config import Config
 from components.evaluation.report import flatten
-from components.io import disk_full, out_of_space, size_of, write_json
+from components.io import disk_full, free_space, full_at, out_of_space, size_of, write_json
 from components.serving.agent import model_corpus
 from components.serving.pyfunc import about_model, log_agent_model
 from components.tracking.promote import move_champion
@@ -96,7 +96,7 @@ def log_complete(cfg: Config, hf_dir: Path):
         if failed is not None and failed.status != LoggedModelStatus.READY:
             discard_logged_model(client, failed)
         if out_of_space(err, where):
-            raise disk_full(where or "the MLflow artifact store", need=size_of(hf_dir)) from None
+            raise disk_full(_full_dir(err, where), need=size_of(hf_dir)) from None
         raise
     expected = {f"artifacts/{hf_dir.name}/{p.relative_to(hf_dir).as_posix()}": p.stat().st_size
                 for p in sorted(hf_dir.rglob("*")) if p.is_file()}  # fmt: skip
@@ -105,6 +105,19 @@ def log_complete(cfg: Config, hf_dir: Path):
         discard_logged_model(client, client.get_logged_model(info.model_id))
         raise RegistrationError(f"logged model {info.model_id} is incomplete, not registered: {', '.join(missing[:5])}")
     return info
+
+
+def _full_dir(err: BaseException, store: Path | None) -> Path | str:
+    """Where the model's write found the disk full: the artifact store, or the temp dir MLflow saves it in first
+    (the file the error names, else the one of the two with the least space free)."""
+    import tempfile
+
+    places = [p for p in (store, Path(tempfile.gettempdir())) if p is not None]
+    failed = full_at(err)
+    named = [p for p in places if failed is not None and Path(failed).is_relative_to(p)]
+    if named:
+        return named[0]
+    return min(places, key=free_space) if places else "the MLflow artifact store"
 
 
 def _last_logged_model_id() -> str | None:
