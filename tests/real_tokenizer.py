@@ -1,5 +1,7 @@
-"""SmolLM2-135M-Instruct's tokenizer (ChatML template; from the pinned GGUF, eos/pad fixed) and bigram models over
-its vocabulary whose greedy output is chosen by the test: the real token ids and template, without the weights."""
+"""The real models' tokenizers without their weights: SmolLM2-135M-Instruct's (ChatML template) and
+Qwen2.5-Coder-0.5B-Instruct's (Qwen's template with tools, hermes <tool_call>), each saved by the base_model stage's
+conversion of the pinned GGUF (eos/pad fixed) and shipped xz-compressed; and bigram models over a vocabulary whose
+greedy output is chosen by the test."""
 
 from __future__ import annotations
 
@@ -9,15 +11,26 @@ from pathlib import Path
 
 import torch
 
-FIXTURE = Path(__file__).parent / "fixtures" / "smollm2_tokenizer"
+FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURE = FIXTURES / "smollm2_tokenizer"
+QWEN_FIXTURE = FIXTURES / "qwen_tokenizer"  # Qwen2.5's tokenizer (Apache-2.0), from the qwen profile's joined GGUF
 
 
 def smollm2_tokenizer(path: Path, eos: str | None = None):
     """The tokenizer, unpacked into `path`; `eos` overrides its eos token (e.g. the GGUF's wrong <|im_start|>)."""
+    return unpack_tokenizer(FIXTURE, path, eos)
+
+
+def qwen_tokenizer(path: Path):
+    """Qwen2.5-Coder-0.5B-Instruct's tokenizer and chat template, unpacked into `path`."""
+    return unpack_tokenizer(QWEN_FIXTURE, path)
+
+
+def unpack_tokenizer(fixture: Path, path: Path, eos: str | None = None):
     from transformers import AutoTokenizer
 
     path.mkdir(parents=True, exist_ok=True)
-    for f in FIXTURE.iterdir():
+    for f in fixture.iterdir():
         if f.suffix == ".xz":
             (path / f.stem).write_bytes(lzma.decompress(f.read_bytes()))
         else:

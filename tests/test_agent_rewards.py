@@ -37,3 +37,18 @@ def test_process_reward_terms():
     assert process_reward(True, ("p1",), set(), ["p1"], w) == pytest.approx(0.1 - 0.01 + 0.05 + 0.3)
     assert process_reward(True, ("p1",), {"p1"}, ["p1"], w) == pytest.approx(0.1 - 0.01)  # nothing new
     assert process_reward(True, ("p2",), {"p1"}, ["p1"], w) == pytest.approx(0.1 - 0.01 + 0.05)
+
+
+def test_subem_is_a_whole_word_gold_inside_the_answer():
+    from components.agent.rewards import sub_exact_match
+
+    assert sub_exact_match("It is the Kelitu of Bavo", ["kelitu"]) == 1.0
+    assert sub_exact_match("Kelitus", ["Kelitu"]) == 0.0 and sub_exact_match("not now", ["no"]) == 0.0
+    assert sub_exact_match(None, ["x"]) == 0.0 and sub_exact_match("x", [""]) == 0.0
+
+
+def test_answer_format_and_metric_in_the_outcome():
+    w = RewardConfig(answer_metric="subem", answer_format=0.5, format_penalty=0.2)
+    assert outcome_reward("the rival is Kelitu", ["Kelitu"], w) == pytest.approx(1.5)
+    assert outcome_reward("Dozi", ["Kelitu"], w) == pytest.approx(0.5)  # well-formed, wrong
+    assert outcome_reward(None, ["Kelitu"], w) == pytest.approx(-0.2)

@@ -51,7 +51,8 @@ def test_every_accessor_has_a_producing_stage(tmp_path):
                  artifacts.index_manifest, artifacts.retrieval_metrics, artifacts.base_model, artifacts.pretrained_model,
                  artifacts.trained_model, artifacts.train_model_json, artifacts.train_curve, artifacts.dev_curve,
                  artifacts.checkpoints, artifacts.verl_workdir,
-                 artifacts.eval_per_dataset, artifacts.eval_predictions, artifacts.eval_metrics, artifacts.decision]  # fmt: skip
+                 artifacts.eval_per_dataset, artifacts.eval_predictions, artifacts.eval_metrics, artifacts.eval_em,
+                 artifacts.decision]  # fmt: skip
     for accessor in accessors:
         assert artifacts.producer(cfg, accessor(cfg)) in STAGES, accessor.__name__
 

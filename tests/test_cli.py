@@ -11,13 +11,16 @@ def agentr1(*args, cwd):
     return subprocess.run([str(BIN / "agentr1"), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
-def test_help_lists_every_stage(repo_root):
+def test_help_lists_every_stage_in_pipeline_order(repo_root):
     from components.stages import STAGES
 
     out = agentr1("--help", cwd=repo_root)
     assert out.returncode == 0
-    for name in STAGES:
-        assert name.replace("_", "-") in out.stdout
+    # the command column of rich's help box: "│ prepare   Load ..."
+    listed = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("│ ") and line[2:3].isalpha()]
+    stages = [name.replace("_", "-") for name in STAGES]
+    assert listed[: len(stages)] == stages, listed
+    assert {"ask", "promote", "rollback", "validate-params"} <= set(listed[len(stages):])
 
 
 def test_bad_params_fail_before_work(tmp_path, repo_root):
@@ -49,3 +52,34 @@ def test_a_stage_that_fails_before_running_leaves_the_collector_on(tmp_path, mon
         main()  # the console script, in this process
     assert exit_.value.code == 1
     assert gc.isenabled()  # the stage path turns the collector off for its imports only
+
+
+def test_summary_shows_em_per_system_and_set_the_champion_and_where_to_look(tmp_path):
+    """`make run` ends with `agentr1 summary`: read from the evaluate and register stages' files."""
+    import json
+
+    art = tmp_path / "artifacts"
+    (tmp_path / "params.yaml").write_text(f"project: {{artifacts_dir: {art}}}\n")
+    out = agentr1("summary", cwd=tmp_path)
+    assert out.returncode == 0 and "No results yet" in out.stdout and "eval.json" in out.stdout
+
+    (art / "metrics").mkdir(parents=True)
+    (art / "eval").mkdir()
+    (art / "register").mkdir()
+    report = {"em": {"synthetic": {"dev": 0.98}, "synthetic_cf": {"dev": 0.95}},
+              "baseline": {"direct": {"em": {"synthetic": {"dev": 0.0}, "synthetic_cf": {"dev": 0.0}}}}}  # fmt: skip
+    (art / "metrics" / "eval.json").write_text(json.dumps(report))
+    preds = [{"system": "agent", "set": "synthetic_cf/dev", "question": "Who is the rival of Cf?", "em": 1.0},
+             {"system": "agent", "set": "synthetic/dev", "question": "Who is the mentor of Bavo?", "em": 0.0},
+             {"system": "agent", "set": "synthetic/dev", "question": "Who is the rival of Kepa?", "em": 1.0}]  # fmt: skip
+    (art / "eval" / "predictions.jsonl").write_text("".join(json.dumps(p) + "\n" for p in preds))
+    (art / "register" / "decision.json").write_text(json.dumps(
+        {"model_name": "agentr1-search-agent", "version": "2", "metric": "em/synthetic/dev", "value": 0.98,
+         "champion_version": "1", "champion_value": 0.99, "promoted": False, "reason": "does not beat champion"}))  # fmt: skip
+    lines = agentr1("summary", cwd=tmp_path).stdout.splitlines()
+    assert lines[1].split() == ["synthetic/dev", "synthetic_cf/dev"]
+    assert lines[2].split() == ["agent", "0.980", "0.950"] and lines[3].split() == ["direct", "0.000", "0.000"]
+    text = "\n".join(lines)
+    assert "agentr1-search-agent v2: not promoted, champion stays v1" in text
+    assert str(art / "eval" / "report.html") in text and "make ui" in text
+    assert 'agentr1 ask "Who is the rival of Kepa?"' in text  # a question the agent answered right, in its own world

@@ -96,6 +96,7 @@ BAD_VALUES = [
     ("train.verl.extra_overrides", "['x=https://me:hunter2@host/x']"), ("train.datasets", "['http://me:hunter2@h']"),
     ("serving.max_question_chars", "0"), ("serving.max_questions", "-1"), ("serving.batch_size", "0"),
     ("serving.max_concurrent", "1.5"), ("serving.unknown_words", "0"), ("serving.unknown_words", "1.5"),
+    ("agent.reward.answer_metric", "recall"), ("train.entropy_floor", "-0.1"), ("model.warmup_min_answered", "1.5"),
 ]  # fmt: skip
 
 
@@ -130,3 +131,9 @@ def test_a_huge_bad_value_is_cut_in_the_message(repo_root):
             load_config(repo_root / "params.yaml", {key: value})
         msg = str(err.value)
         assert key in msg and len(msg) < 1000 and "(100002 chars)" in msg
+
+
+@pytest.mark.parametrize("key", ["agent.force_first_search", "train.entropy_floor"])
+def test_local_trainer_knobs_are_refused_for_verl(repo_root, key):
+    with pytest.raises(ConfigError, match=f"{key} is a local-trainer knob"):
+        load_config(repo_root / "params.yaml", {"train.backend": "verl", key: True if "force" in key else 0.5})

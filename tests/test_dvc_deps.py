@@ -13,7 +13,7 @@ from tests.project import FOLLOWERS, ROOT, ran, run, touch
 
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
-REAL = yaml.safe_load((ROOT / "profiles" / "real.yaml").read_text())
+PROFILES = {f"profiles/{p.name}": yaml.safe_load(p.read_text()) for p in sorted((ROOT / "profiles").glob("*.yaml"))}
 
 
 def _module_file(module: str) -> Path | None:
@@ -86,6 +86,13 @@ def test_every_stage_depends_on_every_module_it_imports():
     assert not missing, f"dvc.yaml deps miss modules the stage imports: {missing}"
 
 
+def test_no_dep_is_an_empty_file():
+    """DVC warns "'<dep>' is empty" for each empty file dep on every repro: a package's __init__.py holds a docstring."""
+    empty = sorted({d for s in DVC.values() for d in s.get("deps", []) if (ROOT / d).is_file() and (ROOT / d).stat().st_size == 0})
+    assert not empty, f"dvc.yaml deps on empty files (give each a docstring): {empty}"
+    assert not [p for p in (ROOT / "components").rglob("__init__.py") if p.stat().st_size == 0]
+
+
 def test_closure_sees_the_gaps_the_old_dvc_yaml_had():
     """The check is not vacuous: train imports training.py, model/, retrieval/ and config.py; evaluate model/."""
     train = import_closure(STAGES["train"].module)
@@ -94,17 +101,19 @@ def test_closure_sees_the_gaps_the_old_dvc_yaml_had():
     assert {"components/model/loading.py", "components/retrieval/factory.py"} <= import_closure(STAGES["evaluate"].module)
 
 
-def test_params_are_keys_and_the_real_profile_overlay_is_tracked_per_key():
+def test_params_are_keys_and_every_profile_overlay_is_tracked_per_key():
+    assert {"profiles/real.yaml", "profiles/qwen.yaml"} <= set(PROFILES)
     for name in STAGES:
         keys = _param_keys(DVC[name])
         for key in keys:
             assert _has(PARAMS, key), f"dvc.yaml {name}: param {key} is not in params.yaml"
-        profiled = _param_keys(DVC[name], "profiles/real.yaml")
-        # A key the stage reads that the profile overrides must be tracked in the profile too (same key).
-        expected = [k for k in keys if k != "profile" and _has(REAL, k)]
-        assert sorted(profiled) == sorted(expected), f"dvc.yaml {name}: profiles/real.yaml params {profiled} != {expected}"
-        if profiled:
-            assert "profile" in keys, f"dvc.yaml {name}: reads profiles/real.yaml but not the `profile` switch"
+        for file, profile in PROFILES.items():
+            profiled = _param_keys(DVC[name], file)
+            # A key the stage reads that the profile overrides must be tracked in the profile too (same key).
+            expected = [k for k in keys if k != "profile" and _has(profile, k)]
+            assert sorted(profiled) == sorted(expected), f"dvc.yaml {name}: {file} params {profiled} != {expected}"
+            if profiled:
+                assert "profile" in keys, f"dvc.yaml {name}: reads {file} but not the `profile` switch"
     # Whole sections only where the stage reads the section whole; e.g. evaluate names model keys.
     assert "model" not in _param_keys(DVC["evaluate"]) and "model.autocast" in _param_keys(DVC["evaluate"])
     assert "retrieval" not in {k for n in STAGES for k in _param_keys(DVC[n])}

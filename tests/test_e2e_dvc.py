@@ -30,6 +30,9 @@ def test_dvc_repro_noop_and_exp_run_only_dependents(tmp_path):
     project = make_project(tmp_path / "p")
     out = run(["dvc", "repro", "retrieval_eval"], project)
     assert ran(out.stdout) == DATA_STAGES
+    # quiet: no DVC warning (e.g. an empty file as a dep) and no Python warning (e.g. MLflow's dataset sources)
+    noisy = [line for line in (out.stdout + out.stderr).splitlines() if "WARNING" in line or "Warning:" in line]
+    assert not noisy, noisy
     metrics = json.loads((project / "artifacts" / "metrics" / "retrieval.json").read_text())
     assert metrics["recall@5/hotpotqa"] > 0.5
     runs = _mlflow_stage_runs(project)
@@ -97,6 +100,11 @@ def test_full_pipeline_and_algorithm_variant(built, tmp_path):
     assert curve[0].startswith("step,") and len(curve) == 3  # header + 2 steps
     dev_curve = (project / "artifacts" / "train" / "dev_curve.csv").read_text().splitlines()
     assert dev_curve == ["step,em,f1,mean_em"]  # train.eval_every 0: the DVC plot exists, with no dev points
+    em = json.loads((project / "artifacts" / "metrics" / "em.json").read_text())  # the stage's DVC metric: EM only
+    assert em["agent"]["synthetic/dev"] == report["em"]["synthetic"]["dev"]
+    assert em["naive_rag"]["hotpotqa/dev"] == report["baseline"]["naive_rag"]["em"]["hotpotqa"]["dev"]
+    table = run(["dvc", "metrics", "show"], project).stdout
+    assert "agent.synthetic/dev" in table and "answered" not in table and max(map(len, table.splitlines())) < 1500
     plots = json.loads(run(["dvc", "plots", "show", "--json"], project).stdout)
     assert "errors" not in plots, plots["errors"]  # every plot's x/y names a real column
     reward = [r["train/reward"] for r in plots["data"]["artifacts/train/curve.csv"][0]["content"]["data"]["values"]]
@@ -117,3 +125,39 @@ def test_full_pipeline_and_algorithm_variant(built, tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("agentr1").experiment_id],
                               filter_string="tags.`agentr1.stage` = 'train'")
     assert sorted(r.data.params["train.algorithm"] for r in runs) == ["grpo", "ppo"]
+
+
+@pytest.mark.slow
+def test_dvc_plots_render_offline_with_the_bundled_template(built, tmp_path, browser):
+    """`make plots`: `dvc plots show` with vega, vega-lite and vega-embed inlined (scripts/plots.sh) draws every plot in
+    Chromium with every http(s) request blocked; DVC's own page would fetch them from a CDN and stay blank offline."""
+    import subprocess
+
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.browser import screenshot
+    from tests.project import ROOT
+
+    template = ROOT / ".cache" / "plots" / "template.html"  # where `make plots` keeps it
+    if not template.is_file():
+        subprocess.run([str(ROOT / "scripts" / "plots.sh"), str(template)], check=True, capture_output=True, timeout=600)
+    project = built.copy(tmp_path / "p")
+    run(["dvc", "plots", "show", "--html-template", str(template), "-o", str(tmp_path / "plots")], project)
+    page = (tmp_path / "plots" / "index.html").read_text()
+    assert "cdn.jsdelivr" not in page and "vegaEmbed(" in page
+
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["http://*", "https://*"]})
+    try:
+        browser.get((tmp_path / "plots" / "index.html").as_uri())
+        # a drawn chart for each plot with data: the reward curve and EM per eval set (this small project's training
+        # ran no dev evaluation, so its dev curve is empty)
+        drawn = ("return ['artifacts_train_curve_csv', 'artifacts_eval_per_dataset_csv'].every(id => "
+                 "[...document.querySelectorAll(`#${id} canvas`)].some(c => c.width > 100 && c.height > 100))")  # fmt: skip
+        WebDriverWait(browser, 60).until(lambda d: d.execute_script(drawn))
+        assert browser.execute_script("return typeof vegaEmbed === 'function' && typeof vega.View === 'function'")
+        assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0  # nothing fetched
+        shot = screenshot(browser, tmp_path / "plots.png")
+        assert shot.stat().st_size > 20_000
+    finally:
+        browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})

@@ -14,7 +14,7 @@ from components.config import AgentConfig, RolloutConfig, SyntheticConfig
 from components.data.synthetic import generate_world
 from components.retrieval.embedded import EmbeddedBackend
 from components.rollout.chat import ChatFormat
-from components.rollout.engine import rollout
+from components.rollout.engine import RolloutStats, rollout
 from components.rollout.evaluate import make_env
 from components.rollout.reference import reference_rollout
 
@@ -52,7 +52,8 @@ def toy(tmp_path_factory):
 
 @pytest.mark.parametrize("attention", ["sdpa", "sdpa_gqa"])
 @pytest.mark.parametrize("engine", [RolloutConfig(), RolloutConfig(max_rows=3, refill_fraction=0.0),
-                                    RolloutConfig(max_rows=5, refill_fraction=1.0, full_step_fraction=1.0)])
+                                    RolloutConfig(max_rows=5, refill_fraction=1.0, full_step_fraction=1.0),
+                                    RolloutConfig(compact_fraction=0.0), RolloutConfig(compact_fraction=0.95)])
 def test_greedy_episodes_equal_the_reference(toy, attention, engine):
     import components.model.attention  # noqa: F401  (registers sdpa_gqa)
 
@@ -65,6 +66,24 @@ def test_greedy_episodes_equal_the_reference(toy, attention, engine):
         assert torch.allclose(torch.tensor(g.logprobs), torch.tensor(w.logprobs), atol=1e-4)
     assert len({len(t.input_ids) for t in got}) > 1  # rows of different lengths shared the cache
     assert any(t.episode.answer is not None for t in got)  # turns ended on the end-of-turn id, episodes on answers
+
+
+def test_the_cache_shrinks_to_its_busy_rows_and_sampling_is_unchanged(toy):
+    """Once nothing is queued and few rows hold episodes the cache shrinks to them; the sampled episodes (same
+    generator) are those of a cache that never shrinks."""
+    qs = toy.world.questions("dev")[:16]
+    runs = {}
+    for fraction in (0.0, 0.95):
+        stats = RolloutStats()
+        got = rollout(toy.model, toy.chat, toy.env(), qs, toy.agent, temperature=1.0, stats=stats,
+                      generator=torch.Generator().manual_seed(5), engine=RolloutConfig(compact_fraction=fraction))  # fmt: skip
+        runs[fraction] = (got, stats.compactions)
+    (never, zero), (shrunk, some) = runs[0.0], runs[0.95]
+    assert zero == 0 and some >= 2
+    assert [t.input_ids for t in shrunk] == [t.input_ids for t in never]
+    assert [t.action_mask for t in shrunk] == [t.action_mask for t in never]
+    for a, b in zip(shrunk, never):
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
 
 
 def test_a_prefilled_answer_tag_matches_the_reference(toy):

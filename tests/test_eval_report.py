@@ -135,3 +135,44 @@ def test_outcome_filter_hides_correct_rows(browser, tmp_path):
     assert [e.get_attribute("data-qid") for e in _visible(browser)] == ["q:2"]
     Select(browser.find_element(By.ID, "f-system")).select_by_value("direct")
     assert _visible(browser) == [] and browser.find_element(By.ID, "shown").text == "0"
+
+
+def test_report_says_what_it_evaluated_and_draws_its_charts_offline(evaluated, browser, tmp_path):
+    """Context (model, run, commit, date, params digest), the legend, the EM chart and the learning curve, drawn from
+    inline SVG in a real browser with every http(s) request blocked."""
+    import csv
+
+    from components.evaluation.evaluate import params_digest
+
+    project, cfg = evaluated
+    dev = list(csv.DictReader((project / "artifacts" / "train" / "dev_curve.csv").open()))
+    assert dev, "the train stage recorded a dev curve"
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["http://*", "https://*"]})
+    try:
+        browser.get((project / "artifacts" / "eval" / "report.html").as_uri())
+        screenshot(browser, tmp_path / "report-context.png")
+        context = browser.find_element(By.ID, "context").text
+        for label in ("model", "training", "registered version", "commit", "date", "params digest"):
+            assert label in context, context
+        assert "tiny Qwen2" in context and params_digest(cfg) in context and "MLflow run" in context
+        legend = browser.find_element(By.ID, "legend")
+        assert [e.get_attribute("data-system") for e in legend.find_elements(By.CSS_SELECTOR, "[data-system]")] == SYSTEMS
+        assert {e.get_attribute("data-set") for e in legend.find_elements(By.CSS_SELECTOR, "[data-set]")} == set(SETS)
+        assert "counterfactual" in legend.text and "no search" in legend.text
+
+        bars = browser.find_elements(By.CSS_SELECTOR, "#em-chart rect.bar")
+        assert len(bars) == len(SYSTEMS) * len(SETS)
+        report = json.loads((project / "artifacts" / "metrics" / "eval.json").read_text())
+        agent_cf = next(b for b in bars if b.get_attribute("data-name") == "agent" and b.get_attribute("data-group") == "synthetic_cf/dev")
+        assert float(agent_cf.get_attribute("data-value")) == pytest.approx(report["em"]["synthetic_cf"]["dev"])
+
+        curve = browser.find_element(By.ID, "curve")
+        assert curve.size["width"] > 300 and curve.size["height"] > 150  # laid out and drawn
+        em_line = curve.find_element(By.CSS_SELECTOR, "polyline[data-name^='dev EM (']")
+        assert len(em_line.get_attribute("points").split()) == len([r for r in dev if r["em"] != ""])
+        assert browser.find_elements(By.CSS_SELECTOR, "#reward-curve polyline")
+        # nothing was fetched: the page, its styles, script and charts are all inline
+        assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
+    finally:
+        browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})

@@ -1,7 +1,8 @@
 """The MLflow UI as a person sees it: a real `mlflow server` on the project's store after two small real pipeline
-runs (different train params), driven in headless Chromium.
+runs (different train params), started as `make ui` starts it, driven in headless Chromium.
 
-Checked in the browser: the experiment's runs page shows one collapsed parent row per pipeline run (its name), all
+Checked in the browser: the URL `make ui` prints opens the runs' chart view with each pipeline run's headline metrics
+(EM/F1 per set and system, the champion version); the experiment's runs page shows one collapsed parent row per pipeline run (its name), all
 stage runs nested under them; the compare view lists both train runs, the param that differs and their metric names;
 the registered model page shows the `champion` alias, each version page its evidence tags, and the description's
 "evaluation run" link opens the evaluate run. The compare view prints metric values in a separate, rounded column
@@ -14,12 +15,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import mlflow
+import psutil
 import pytest
 
 from components.config import parse_config
@@ -29,7 +30,7 @@ from components.tracking.runs import pipeline_run
 from tests.browser import screenshot
 from tests.served import NAME, PRIMED, free_port, start, stop, wait_up
 
-BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[1]
 METRIC = "em/synthetic/dev"
 # the primed fixture's world and prompt (tests/test_learning.py), a few steps and a small evaluation
 BASE = {"project": {"seed": 20251}, "data": {"datasets": [], "synthetic": {"seed": 20251 + 7}},
@@ -78,13 +79,16 @@ def test_mlflow_ui_shows_pipelines_compare_and_champion_evidence(mlflow_uri, tmp
 
     port = free_port()
     log = tmp_path / "server.log"
-    # the UI needs no job runner: without this the server starts 7 huey consumers (33 s of CPU in `make test`)
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    proc = start(["mlflow", "server", "--backend-store-uri", mlflow_uri, "--host", "127.0.0.1", "--port", str(port),
-                  "--workers", "1"], tmp_path, env, log)  # fmt: skip
+    # `make ui`'s server: one worker and no job runner (which alone starts 7 huey consumers: 33 s of CPU in `make test`)
+    proc = start(["make", "-s", "--no-print-directory", "-C", str(ROOT), "ui", f"UI_PORT={port}", f"UI_STORE={mlflow_uri}"],
+                 tmp_path, dict(os.environ), log)  # fmt: skip
     try:
         base = f"http://127.0.0.1:{port}"
         wait_up(f"{base}/health", proc, log)
+        headline = f"{base}/#/experiments/{exp.experiment_id}/runs?viewStateShareKey=agentr1-headline"
+        assert log.read_text().splitlines()[0] == f"MLflow UI: {headline}"  # the URL it prints opens the headline view
+        servers = [p.cmdline() for p in psutil.Process(proc.pid).children(recursive=True)]
+        assert len(servers) <= 2 and not any("huey" in " ".join(c) for c in servers), servers  # server + its one worker
 
         # the experiment: one parent row per pipeline run (its name), the stage runs folded under them
         total = len(client.search_runs([exp.experiment_id]))
@@ -130,5 +134,21 @@ def test_mlflow_ui_shows_pipelines_compare_and_champion_evidence(mlflow_uri, tmp
         if tab != home:
             browser.close()
             browser.switch_to.window(home)
+
+        # each pipeline run carries its headline: EM/F1 per set and system, the champion decision
+        for i, pid in enumerate(parents.values()):
+            parent = client.get_run(pid)
+            evaluate = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{pid}' and tags.`agentr1.stage` = 'evaluate'")[0]
+            assert parent.data.metrics["em/synthetic/dev/agent"] == evaluate.data.metrics[METRIC]
+            assert parent.data.metrics["f1/synthetic/dev/direct"] == evaluate.data.metrics["baseline/direct/f1/synthetic/dev"]
+            # the first registration is always promoted; after the last one the champion is whichever won
+            assert parent.data.metrics["champion_version"] == (1.0 if i == 0 else float(champion.version))
+            assert "champion" in parent.data.tags["agentr1.decision"]
+        # the runs table as `make ui` opens it: one row per pipeline run, its EM per set and system and the champion
+        browser.get(headline)
+        text = _wait_text(browser, "em/synthetic/dev/agent", "em/synthetic/dev/direct", "champion_version", *EXPERIMENTS)
+        assert "evaluate" not in text and "Exit shared view" in text  # the pipeline rows, their stages folded
+        shot = screenshot(browser, tmp_path / "ui-headline.png")
+        assert shot.stat().st_size > 20_000
     finally:
         stop(proc)

@@ -89,3 +89,29 @@ def test_cli_refuses_a_bad_gguf_without_traceback(tmp_path, repo_root):
     r = subprocess.run([str(repo_root / ".venv" / "bin" / "agentr1"), "base-model", "-p", str(tmp_path / "params.yaml")],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 1 and "SHA-256 mismatch" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_gguf_control_and_user_defined_tokens_become_added_tokens(tmp_path):
+    """Read from the GGUF's token table (the GGUF reader, on a file written by gguf's writer): Qwen2's conversion keeps
+    only eos/bos/pad as added tokens, so "</tool_call>" would encode to 4 pieces instead of the model's one id."""
+    import gguf
+
+    from components.model.source import gguf_added_tokens, read_gguf, restore_added_tokens
+    from tests.real_tokenizer import smollm2_tokenizer
+
+    path = tmp_path / "tokens.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_token_list(["<|im_start|>", "hello", "world"])
+    w.add_token_types([gguf.TokenType.CONTROL, gguf.TokenType.USER_DEFINED, gguf.TokenType.NORMAL])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    added = gguf_added_tokens(read_gguf(path))
+    assert added == [("<|im_start|>", True), ("hello", False)]
+    tok = smollm2_tokenizer(tmp_path / "tok")
+    hello, size = tok.convert_tokens_to_ids("hello"), len(tok)
+    assert restore_added_tokens(tok, added) == 1  # <|im_start|> is one already
+    assert tok.added_tokens_decoder[hello].content == "hello" and not tok.added_tokens_decoder[hello].special
+    assert len(tok) == size and tok.encode("say hello", add_special_tokens=False)[-1] == hello
+    with pytest.raises(ModelSourceError, match="not in its vocabulary"):
+        restore_added_tokens(tok, [("<agentr1-not-a-token>", True)])

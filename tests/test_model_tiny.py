@@ -130,3 +130,22 @@ def test_priming_phases_end_when_their_probe_passes_or_at_their_cap(tmp_path):
     out = prime(toy.model, train, probes, [], capped, toy.chat.pad_id, random.Random(0))
     assert isinstance(out, PrimeResult) and (out.first_turn_steps, out.full_steps, len(out.losses)) == (3, 2, 5)
     assert all(0 <= out.scores[k] <= 1 for k in ("first_call_p", "choice_p")) and out.scores["choice_kl"] >= 0
+
+
+def test_priming_at_its_step_cap_is_an_info_line_not_a_warning(tmp_path, caplog):
+    """The CPU profile's phase 2 usually ends at its cap: an expected condition, reported once as information."""
+    import logging
+    import warnings
+
+    from components.data import prepare
+    from tests.toy import small_raw
+
+    cfg = parse_config(small_raw(tmp_path / "art"))  # 3 + 3 priming steps: both probes stop at their caps
+    prepare.run(cfg, NullTracker())
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO, "components"):
+        warnings.simplefilter("always")
+        metrics = base_model.run(cfg, NullTracker())
+    capped = [r for r in caplog.records if "format priming ran to its step cap" in r.getMessage()]
+    assert capped and all(r.levelno == logging.INFO for r in capped)
+    assert f"choice_kl={metrics['prime_choice_kl']:.3f}" in " ".join(r.getMessage() for r in capped)
+    assert not [w for w in caught if "priming" in str(w.message)]

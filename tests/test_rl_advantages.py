@@ -126,3 +126,21 @@ def test_every_algorithm_maps_to_a_registered_verl_estimator():
     assert set(VERL_ESTIMATOR) == set(get_args(Algorithm))  # one table for both backends, no algorithm left out
     for name in VERL_ESTIMATOR.values():
         assert callable(core_algos.get_adv_estimator_fn(name))
+
+
+def test_groups_with_signal_counts_groups_of_unequal_returns():
+    from components.rl.advantages import groups_with_signal
+
+    index = np.array(["a", "a", "b", "b", "c", "c", "d", "d"], dtype=object)
+    scores = torch.tensor([1.0, 1.0, 0.0, 1.0, -0.1, -0.1, 0.5, 0.5000001])
+    assert groups_with_signal(scores, index) == pytest.approx(0.25)  # only b (d is within the tolerance)
+    assert groups_with_signal(torch.zeros(0), np.array([], dtype=object)) == 0.0
+
+
+def test_entropy_floor_adds_the_bonus_only_below_the_floor():
+    from components.rl.advantages import step_config
+
+    tc = TrainConfig(entropy_coef=0.001, entropy_floor=0.5, entropy_floor_coef=0.01)
+    assert step_config(tc, 0.7) is tc
+    assert step_config(tc, 0.3).entropy_coef == pytest.approx(0.011)
+    assert step_config(TrainConfig(), 0.0).entropy_coef == 0.0  # no floor: never on

@@ -95,3 +95,37 @@ def test_greedy_prefill_baseline(toy):
         assert len(res) == 5 and all(0 <= r.em <= 1 for r in res)
         if mode != "agent":
             assert all(r.turns == 1 and r.searches == 0 for r in res)
+
+
+def test_forced_first_search_is_prompt_with_mask_zero(toy):
+    """agent.force_first_search (Agent-R1's HotpotQA recipe): the environment searches the question before the
+    first turn; the call and its results are prompt (mask 0, no log-prob), the episode starts with those passages
+    seen, and the model's own turns follow with mask 1. Without the searched prompts the episode refuses to start."""
+    from components.agent.parser import call_text
+    from components.rollout.evaluate import episode_prompts
+
+    agent = toy.agent.model_copy(update={"force_first_search": True})
+    env = toy.env(agent)
+    qs = toy.world.questions("train")[:3] * 2
+    prompts = episode_prompts(qs, toy.chat, env)
+    trajs = rollout(toy.model, toy.chat, env, qs, agent, temperature=1.0, generator=torch.Generator().manual_seed(2),
+                    prompts=prompts)  # fmt: skip
+    for t, p in zip(trajs, prompts):
+        ep = t.episode
+        plain = toy.chat.prompt_ids(ep.question.question)
+        call = toy.chat.encode(call_text(ep.question.question)) + [toy.chat.eos_id]
+        assert p[: len(plain) + len(call)] == plain + call and t.prompt_len == len(p)
+        assert p[len(plain) + len(call) :] == list(toy.chat.insert_ids(ep.first_search, True))
+        assert set(t.action_mask[: t.prompt_len]) == {0} and set(t.logprobs[: t.prompt_len]) == {0.0}
+        assert t.turn_spans[0][0] == t.prompt_len and ep.turns == len(t.turn_spans) >= 1
+        assert ep.first_ids and set(ep.first_ids) <= ep.seen_ids and ep.n_calls == len(ep.calls)
+        assert ep.first_search.startswith("[1] ")
+    with pytest.raises(ValueError, match="force_first_search"):
+        rollout(toy.model, toy.chat, toy.env(agent), qs[:1], agent)
+
+
+def test_rescore_replays_the_episode_rewards(trajs, toy):
+    """Episode.rescore under the weights the episode ran with gives its total reward back."""
+    for t in trajs:
+        assert t.episode.rescore(toy.agent.reward) == pytest.approx(t.episode.total_reward)
+        assert sum(t.rewards) == pytest.approx(t.episode.total_reward)

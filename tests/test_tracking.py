@@ -2,6 +2,7 @@
 
 import json
 import os
+import warnings
 
 import mlflow
 import pandas as pd
@@ -25,7 +26,9 @@ def test_stage_runs_nest_under_pipeline_and_log_params_metrics_inputs(mlflow_uri
         with stage_run(cfg, "prepare", parent_run_id=parent) as tracker:
             tracker.log_metrics({"recall@5/hotpotqa": 0.5})
             tracker.log_metrics({"reward": 1.0}, step=3)
-            tracker.log_input(data, context="output")
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # MLflow's "source can be interpreted in multiple ways" stays away
+                tracker.log_input(data, context="output")
     client = mlflow.MlflowClient()
     child = client.get_run(tracker.run_id)
     assert child.data.tags["mlflow.parentRunId"] == parent
@@ -36,6 +39,7 @@ def test_stage_runs_nest_under_pipeline_and_log_params_metrics_inputs(mlflow_uri
     assert [m.step for m in client.get_metric_history(tracker.run_id, "reward")] == [3]
     (ds_input,) = child.inputs.dataset_inputs
     assert ds_input.dataset.name == "q" and len(ds_input.dataset.digest) == 16
+    assert ds_input.dataset.source_type == "local" and json.loads(ds_input.dataset.source) == {"uri": str(data.resolve())}
 
 
 def test_failed_stage_marks_run_failed(mlflow_uri, tmp_path):
@@ -46,15 +50,18 @@ def test_failed_stage_marks_run_failed(mlflow_uri, tmp_path):
     assert mlflow.MlflowClient().get_run(tracker.run_id).info.status == "FAILED"
 
 
-def test_champion_moves_only_on_a_win(mlflow_uri, tmp_path):
+def test_champion_moves_only_on_a_win(mlflow_uri, tmp_path, capfd):
     cfg = _cfg(tmp_path)
     client = mlflow.MlflowClient()
     name = cfg.registry.model_name
     decisions = []
     for em in (0.5, 0.4, 0.9):
         train_and_eval(cfg, tmp_path, em)
+        capfd.readouterr()
         with stage_run(cfg, "register") as tracker:
             out = register.run(cfg, tracker)
+        said = capfd.readouterr().err
+        assert ("already exists" in said) == (em != 0.5), said  # the first registration creates the model quietly
         decisions.append(json.loads((cfg.artifacts / "register" / "decision.json").read_text()))
         assert out["em/synthetic/dev"] == em
     assert [d["promoted"] for d in decisions] == [True, False, True]
@@ -70,6 +77,7 @@ def test_champion_moves_only_on_a_win(mlflow_uri, tmp_path):
     eval_run_id = champion.tags["evidence.eval_run"].rsplit("/", 1)[-1]
     assert client.get_run(eval_run_id).data.metrics["em/synthetic/dev"] == 0.9
     assert champion.tags["evidence.eval_run"] in champion.description
+    assert "Agent-R1" in client.get_registered_model(name).description
     evidence = {k for k in champion.tags if not k.startswith("champion.")}  # champion.*: the alias moves (promote)
     assert evidence == {"em/synthetic/dev", "evidence.compared_to", "evidence.decision", "evidence.eval_run",
                         "agentr1.registration"} and champion.tags["agentr1.registration"] == "complete"

@@ -18,6 +18,7 @@ from tests.verl_fixtures import make_cfg, save_tiny_model
 ROOT = Path(__file__).resolve().parents[1]
 ALGORITHMS = list(get_args(Algorithm))
 EXPECTED = VERL_ESTIMATOR | {"grpo": "grpo_process"}  # process rewards are on in the test params
+PROFILES = {"real": 3, "qwen": 4}  # profile -> its agent.max_turns
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,8 @@ def accepted(tmp_path_factory):
     root = tmp_path_factory.mktemp("launch")
     cfgs = {a: make_cfg(root / a, algorithm=a, kl_coef=0.01 if a == "grpo" else 0.0) for a in ALGORITHMS}
     save_tiny_model(cfgs["ppo"])  # the critic's config reads the model's
-    cfgs["real"] = load_config(ROOT / "params.yaml", {"profile": "real"})  # SmolLM2 (`-S profile=real`)
+    for profile in PROFILES:  # SmolLM2 (`-S profile=real`), Qwen2.5-Coder (`-S profile=qwen`)
+        cfgs[profile] = load_config(ROOT / "params.yaml", {"profile": profile})
     return {a: (c, launch.validate(launch.compose(c))) for a, c in cfgs.items()}
 
 
@@ -53,13 +55,15 @@ def test_verl_accepts_every_algorithm(accepted, algorithm):
     assert job.reward.custom_reward_function.reward_kwargs.format_penalty == cfg.agent.reward.format_penalty
 
 
-def test_verl_accepts_the_real_profile(accepted):
-    """The real profile's model source is a GGUF; verl trains the base_model stage's HF directory made from it."""
-    cfg, job = accepted["real"]
+@pytest.mark.parametrize("profile", PROFILES)
+def test_verl_accepts_the_real_profiles(accepted, profile):
+    """A real profile's model source is a GGUF (in a package, or split over wheels); verl trains the base_model stage's
+    HF directory made from it."""
+    cfg, job = accepted[profile]
     assert cfg.model.name_or_path.endswith(".gguf")
     assert job.actor_rollout_ref.model.path == str(cfg.artifacts.resolve() / "models" / "base")
     rollout = job.actor_rollout_ref.rollout
-    assert rollout.multi_turn.max_assistant_turns == cfg.agent.max_turns == 3
+    assert rollout.multi_turn.max_assistant_turns == cfg.agent.max_turns == PROFILES[profile]
     assert rollout.n == cfg.train.group_size and job.data.train_batch_size == cfg.train.questions_per_step
     assert job.reward.custom_reward_function.reward_kwargs.answer_metric == cfg.agent.reward.answer_metric == "f1"
     assert job.actor_rollout_ref.actor.optim.lr == cfg.train.lr

@@ -1,5 +1,5 @@
 """Our compute_score, loaded the way verl loads it (reward.custom_reward_function + reward_kwargs from params),
-scoring responses through verl's own reward manager, with the tiny tokenizer and the real model's (SmolLM2)."""
+scoring responses through verl's own reward manager, with the tiny tokenizer and the real models' (SmolLM2, Qwen2.5)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from verl.trainer.ppo.reward import load_reward_manager
 
 from components.agent.prompts import render_tool_turn
 from components.verl_backend.reward import compute_score, final_answer
-from tests.verl_fixtures import REWARD, TOKENIZERS, make_cfg, tiny_tokenizer, verl_config
+from tests.verl_fixtures import REWARD, TOKENIZERS, make_cfg, named_tokenizer, verl_config
 
 
 @pytest.fixture(scope="module", params=TOKENIZERS)
 def manager(request, tmp_path_factory):
     cfg = make_cfg(tmp_path_factory.mktemp("reward"))
-    tok = tiny_tokenizer() if request.param == "tiny" else request.getfixturevalue("smollm2")
+    tok = named_tokenizer(request, request.param)
     return load_reward_manager(verl_config(cfg), tok), tok
 
 

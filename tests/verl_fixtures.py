@@ -1,6 +1,6 @@
 """Shared pieces for the verl tests: a params Config in a temp project, a real BM25 index, the tiny tokenizer,
 and verl's own Hydra config composed from our overrides (Hydra's compose API, same config module as main_ppo).
-A pytest plugin (tests/conftest.py): its fixtures (cfg, tokenizer, smollm2) need no import."""
+A pytest plugin (tests/conftest.py): its fixtures (cfg, tokenizer, smollm2, qwen) need no import."""
 
 from __future__ import annotations
 
@@ -64,7 +64,8 @@ def tiny_tokenizer():
     return build_tokenizer(texts, vocab_size=400)
 
 
-TOKENIZERS = ["tiny", "smollm2"]  # the tiny model's, and the real model's (SmolLM2's ChatML template)
+# the tiny model's, the real profile's (SmolLM2's ChatML template), the qwen profile's (Qwen's template with tools)
+TOKENIZERS = ["tiny", "smollm2", "qwen"]
 
 
 @pytest.fixture(scope="session")
@@ -74,10 +75,21 @@ def smollm2(tmp_path_factory):
     return smollm2_tokenizer(tmp_path_factory.mktemp("smollm2_tokenizer"))
 
 
+@pytest.fixture(scope="session")
+def qwen(tmp_path_factory):
+    from tests.real_tokenizer import qwen_tokenizer
+
+    return qwen_tokenizer(tmp_path_factory.mktemp("qwen_tokenizer"))
+
+
+def named_tokenizer(request, name: str):
+    return tiny_tokenizer() if name == "tiny" else request.getfixturevalue(name)
+
+
 @pytest.fixture(params=TOKENIZERS)
 def tokenizer(request):
-    """Each verl test that takes this runs with both tokenizers and their chat templates."""
-    return tiny_tokenizer() if request.param == "tiny" else request.getfixturevalue("smollm2")
+    """Each verl test that takes this runs with every tokenizer and its chat template."""
+    return named_tokenizer(request, request.param)
 
 
 def save_tiny_model(cfg: Config) -> Path:

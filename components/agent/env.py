@@ -14,7 +14,7 @@ from components.agent.observation import error_observation
 from components.agent.parser import Action, Answer, Malformed, ToolCall, parse_turn
 from components.agent.rewards import exact_match, f1, outcome_reward, process_reward
 from components.agent.tools import Tool, ToolResult, validate_arguments
-from components.config import AgentConfig
+from components.config import AgentConfig, RewardConfig
 from components.data.schema import Question
 
 
@@ -29,6 +29,9 @@ class Episode:
     n_calls: int = 0  # tool-call attempts (every non-answer turn)
     n_valid_calls: int = 0
     seen_ids: set[str] = field(default_factory=set)
+    first_search: str | None = None  # the observation of the environment's own first search (in the prompt)
+    first_ids: tuple[str, ...] = ()  # the passages it returned
+    calls: list[tuple[bool, tuple[str, ...]]] = field(default_factory=list)  # (valid, passage ids) of each call
     process_rewards: list[float] = field(default_factory=list)  # one per non-answer turn
     outcome: float = 0.0
     log: list[tuple[str, str]] = field(default_factory=list)  # (role, text) for readable trajectories
@@ -45,6 +48,14 @@ class Episode:
     def total_reward(self) -> float:
         return self.outcome + sum(self.process_rewards)
 
+    def rescore(self, w: RewardConfig) -> float:
+        """The total reward this episode would have earned under weights `w` (its answer and calls replayed)."""
+        seen, total = set(self.first_ids), 0.0
+        for valid, ids in self.calls:
+            total += process_reward(valid, ids, seen, self.question.supporting_ids, w)
+            seen.update(ids)
+        return total + outcome_reward(self.answer, self.question.answers, w)
+
 
 @dataclass(frozen=True)
 class StepResult:
@@ -60,12 +71,36 @@ class ToolEnv:
     def __init__(self, toolsets: Mapping[str, Sequence[Tool]], cfg: AgentConfig):
         self.toolsets = {corpus: {t.name: t for t in tools} for corpus, tools in toolsets.items()}
         self.cfg = cfg
+        self._first: dict[str, ToolResult] = {}  # question id -> the result of its first search
+
+    def first_search(self, questions: Sequence[Question]) -> list[ToolResult]:
+        """Search each question's text before its first turn, one batch per corpus (Agent-R1's forced first
+        search; naive RAG's one search). The caller puts the results in the prompts; episodes that reset()
+        starts for these questions have their passages already seen, so only new ones earn process rewards."""
+        unique = list({q.id: q for q in questions}.values())  # a group's episodes share one search
+        by_corpus: dict[str, list[Question]] = defaultdict(list)
+        for q in unique:
+            if "search" not in self.toolsets.get(q.corpus, {}):
+                raise KeyError(f"question {q.id}: no search tool for corpus {q.corpus!r}")
+            by_corpus[q.corpus].append(q)
+        self._first = {}
+        for corpus, qs in by_corpus.items():
+            results = self.toolsets[corpus]["search"].execute([{"query": q.question} for q in qs])
+            self._first.update((q.id, r) for q, r in zip(qs, results))
+        return [self._first[q.id] for q in questions]
 
     def reset(self, question: Question) -> Episode:
         if question.corpus not in self.toolsets:
             raise KeyError(f"question {question.id}: no tools for corpus {question.corpus!r}")
         ep = Episode(question)
         ep.log.append(("user", question.question))
+        first = self._first.get(question.id)
+        if first is None and self.cfg.force_first_search:
+            raise ValueError(f"question {question.id}: agent.force_first_search is on, but its first search was not "
+                             "run: build the prompts with components.rollout.first_search.searched_prompts")  # fmt: skip
+        if first is not None:
+            ep.first_search, ep.first_ids = first.text, first.doc_ids
+            ep.seen_ids.update(first.doc_ids)
         return ep
 
     def step(self, episodes: Sequence[Episode], turns: Sequence[str]) -> list[StepResult]:
@@ -108,9 +143,11 @@ class ToolEnv:
             ep.n_valid_calls += 1
             reward = process_reward(True, result.doc_ids, ep.seen_ids, ep.question.supporting_ids, w)
             ep.seen_ids.update(result.doc_ids)
+            ep.calls.append((True, result.doc_ids))
             observation = result.text
         else:
             reward = process_reward(False, (), ep.seen_ids, ep.question.supporting_ids, w)
+            ep.calls.append((False, ()))
             observation = result.text if result is not None else error_observation(error or "invalid turn")
         ep.process_rewards.append(reward)
         ep.log.append(("tool", observation))

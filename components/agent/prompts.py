@@ -16,6 +16,13 @@ SYSTEM_PROMPT = (
 )
 
 
+def system_prompt_text(setting: bool | str) -> str | None:
+    """agent.system_prompt as text: true = SYSTEM_PROMPT, false = none, a string = that prompt."""
+    if isinstance(setting, str):
+        return setting
+    return SYSTEM_PROMPT if setting else None
+
+
 def question_turn(question: str) -> str:
     return f"Question: {question}"
 

@@ -57,14 +57,26 @@ def f1(prediction: str | None, ground_truths: Iterable[str]) -> float:
     return max((_f1_single(prediction, g) for g in ground_truths), default=0.0)
 
 
+def sub_exact_match(prediction: str | None, ground_truths: Iterable[str]) -> float:
+    """1 when a normalised gold answer is a whole-word span of the normalised prediction (Agent-R1's subem)."""
+    if prediction is None:
+        return 0.0
+    pred = f" {normalize_answer(prediction)} "
+    return float(any(g and f" {g} " in pred for g in map(normalize_answer, ground_truths)))
+
+
+ANSWER_METRICS = {"em": exact_match, "f1": f1, "subem": sub_exact_match}
+
+
 # --- outcome and process rewards ---------------------------------------------------------------------
 
 
 def outcome_reward(answer: str | None, golds: Sequence[str], w: RewardConfig) -> float:
-    """Answer score (EM or F1), minus the format penalty when there is no well-formed answer."""
+    """Answer score (EM, F1 or subEM) plus the answer-format reward; minus the format penalty when there is no
+    well-formed answer."""
     if answer is None:
         return -w.format_penalty
-    return exact_match(answer, golds) if w.answer_metric == "em" else f1(answer, golds)
+    return w.answer_format + ANSWER_METRICS[w.answer_metric](answer, golds)
 
 
 def process_reward(

@@ -46,6 +46,11 @@ def tool_schema(tool: Tool) -> dict[str, Any]:
     }
 
 
+def declared_tools() -> list[dict[str, Any]]:
+    """The agent's tools as the chat template is told about them (`tools=`), the same list verl's agent loop passes."""
+    return [tool_schema(SearchTool)]
+
+
 @lru_cache(maxsize=64)
 def _validator(schema_json: str) -> jsonschema.protocols.Validator:
     """The schema checked once and compiled (jsonschema.validate re-checks it on every call: most of a step)."""

@@ -15,22 +15,27 @@ trajectories (html_report.py); `tracking.traces` episodes per system and set are
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import asdict
+from datetime import datetime, timezone
 
 from components import artifacts
-from components.config import Config, EvalSetSpec
+from components.config import Config, EvalSetSpec, flatten as flat_params
 from components.data.prepare import read_questions
 from components.data.schema import Question
 from components.evaluation.html_report import render
-from components.evaluation.report import flatten, put
+from components.evaluation.report import em_table, flatten, put
 from components.io import write_json, write_text
 from components.model.loading import autocast, load_model
 from components.retrieval.factory import make_backend
 from components.rollout.evaluate import AgentResult, evaluate_agent, summarize
 from components.rollout.traces import from_result
+from components.secrets import redact_params
+from components.tracking.runs import commit
 
 # system -> (which model, rollout mode)
 SYSTEMS = {
@@ -70,7 +75,8 @@ def run(cfg: Config, tracker) -> dict[str, float]:
             for name, qs in sets.items():
                 with autocast(cfg, model.device):
                     results = evaluate_agent(model, tokenizer, qs, backend, cfg.agent, top_k=cfg.retrieval.top_k,
-                                             mode=mode, batch_tokens=cfg.evaluate.batch_tokens, desc=f"{system} {name}")  # fmt: skip
+                                             mode=mode, batch_tokens=cfg.evaluate.batch_tokens, desc=f"{system} {name}",
+                                             naive_rag=cfg.evaluate.naive_rag)  # fmt: skip
                 summary = summarize(results)
                 put(report, system, name, summary)
                 rows.append({"system": system, "set": name, **summary, "n": len(results)})
@@ -84,14 +90,61 @@ def run(cfg: Config, tracker) -> dict[str, float]:
 
     write_text(artifacts.eval_per_dataset(cfg), _csv(rows))
     write_text(artifacts.eval_predictions(cfg), "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
-    write_text(artifacts.eval_report(cfg), render(rows, by_pair, cfg.evaluate.report_trajectories))
+    page = render(rows, by_pair, cfg.evaluate.report_trajectories, context=_context(cfg, tracker, models), curves=_curves(cfg))
+    write_text(artifacts.eval_report(cfg), page)
     write_json(artifacts.eval_metrics(cfg), report)
+    sets, table = em_table(report)
+    write_json(artifacts.eval_em(cfg), {system: dict(zip(sets, values)) for system, values in table})
     tracker.log_artifact(artifacts.eval_per_dataset(cfg), "eval")
     tracker.log_artifact(artifacts.eval_report(cfg), "eval")
     tracker.log_artifact(artifacts.eval_predictions(cfg), "eval")
     flat = flatten(report)
     tracker.log_metrics(flat)
     return flat
+
+
+def params_digest(cfg: Config) -> str:
+    """A short hash of the resolved params (secrets redacted): two runs with the same digest ran the same config."""
+    blob = json.dumps(redact_params(flat_params(cfg)), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def _context(cfg: Config, tracker, models: dict) -> dict[str, str]:
+    """What the report describes: the model, its training, the run, the code and the config."""
+    source = cfg.model.package or cfg.model.name_or_path
+    trained = models.get("trained")
+    size = f", {sum(p.numel() for p in trained[0].parameters()):,} parameters" if trained else ""
+    run = tracker.run_id
+    return {
+        "model": f"{'tiny Qwen2 (CPU profile)' if source == 'tiny' else source}{size}",
+        "training": f"{cfg.train.algorithm} on {', '.join(cfg.train.datasets)}, {cfg.train.backend} trainer, "
+                    f"up to {cfg.train.steps} steps",  # fmt: skip
+        "registered version": "decided after this page, by the register stage: artifacts/register/decision.json and "
+                              "the MLflow registry" + (f" (this evaluation is MLflow run {run})" if run else ""),  # fmt: skip
+        "commit": commit(os.environ.get("DVC_ROOT", ".")),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "params digest": params_digest(cfg),
+    }
+
+
+def _read_csv(path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def _series(rows: list[dict[str, str]], column: str) -> list[tuple[float, float]]:
+    return [(float(r["step"]), float(r[column])) for r in rows if r.get(column) not in (None, "")]
+
+
+def _curves(cfg: Config) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """The train stage's curves: dev EM/F1 per evaluation step, mean training reward per step."""
+    dev, train = _read_csv(artifacts.dev_curve(cfg)), _read_csv(artifacts.train_curve(cfg))
+    target = cfg.train.datasets[0]
+    return {"curve": {f"dev EM ({target})": _series(dev, "em"), f"dev F1 ({target})": _series(dev, "f1"),
+                      "dev EM, mean over sets": _series(dev, "mean_em")},
+            "reward-curve": {"train reward": _series(train, "train/reward")}}  # fmt: skip
 
 
 def _public(r: AgentResult) -> dict:

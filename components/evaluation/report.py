@@ -21,3 +21,11 @@ def flatten(report: dict, prefix: str = "") -> dict[str, float]:
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
             out[key] = float(v)
     return out
+
+
+def em_table(report: dict, metric: str = "em") -> tuple[list[str], list[tuple[str, list[float | None]]]]:
+    """(sets, [(system, value per set)]) of one metric: the trained agent first, then the baselines as evaluated."""
+    systems = {"agent": report.get(metric, {})} | {b: m.get(metric, {}) for b, m in report.get("baseline", {}).items()}
+    sets = list(dict.fromkeys(f"{d}/{s}" for by_set in systems.values() for d, splits in by_set.items() for s in splits))
+    rows = [(name, [by_set.get(s.split("/")[0], {}).get(s.split("/")[1]) for s in sets]) for name, by_set in systems.items()]
+    return sets, rows

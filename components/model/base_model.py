@@ -6,12 +6,12 @@ Qwen2 model and tokenizer from the prepared synthetic data and primes its format
 
 from __future__ import annotations
 
+import logging
 import random
 import shutil
 import tempfile
 from pathlib import Path
 import time
-import warnings
 
 import torch
 
@@ -24,13 +24,15 @@ from components.data.schema import Question
 from components.data.synthetic import COUNTERFACTUAL, FACTUAL, RELATIONS, question_text, words
 from components.io import atomic_path
 from components.model import warmup
-from components.model.loading import load_model, pick_device
+from components.model.loading import autocast, load_model, pick_device
 from components.model.priming import corpus_chunks, make_transcripts, prime
 from components.model.source import SOURCE_FILE, materialise
 from components.model.tiny import build_model, build_tokenizer
 from components.retrieval.embedded import EmbeddedBackend
 from components.retrieval.factory import make_backend
 from components.rollout.chat import ChatFormat
+
+log = logging.getLogger(__name__)
 
 
 def run(cfg: Config, tracker) -> dict[str, float]:
@@ -55,29 +57,48 @@ def run(cfg: Config, tracker) -> dict[str, float]:
 
 
 def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]:
-    """The format warm-up on train-split questions of train.datasets; the warmed-up model is saved at `out`."""
+    """The format warm-up on train-split questions of train.datasets, probed on other train-split questions;
+    the warmed-up model is saved at `out`."""
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     prepared = read_questions(artifacts.require(cfg, artifacts.questions(cfg)))
     train = [q for q in prepared if q.dataset in cfg.train.datasets and q.split == "train"]
-    if not train:
-        raise ValueError(f"model.warmup_steps: no train-split questions of train.datasets={cfg.train.datasets}")
+    mc = cfg.model
+    if len(train) < 2:
+        raise ValueError(f"model.warmup_steps: fewer than 2 train-split questions of train.datasets={cfg.train.datasets}")
     rng = random.Random(f"agentr1-warmup:{cfg.project.seed}")
-    questions = rng.sample(train, min(cfg.model.warmup_questions, len(train)))
+    order = rng.sample(train, len(train))
+    n_probe = min(mc.warmup_probe_questions, len(train) // 2)
+    probe_qs, questions = order[:n_probe], order[n_probe : n_probe + mc.warmup_questions]
+    supporting = {i for q in questions for i in q.supporting_ids}
+    passages = read_passages(artifacts.require(cfg, artifacts.passages(cfg)))
+    titles = {p.id: p.title for p in passages if p.id in supporting}
     model, tok = load_model(src, cfg, pick_device(cfg))
-    chat = ChatFormat.for_agent(tok, cfg.agent)
+    chat = ChatFormat.for_agent(tok, cfg.agent)  # as the trainer's rollouts
     backend = make_backend(cfg)
     try:
-        data = warmup.transcripts(questions, backend, chat, cfg, rng)
+        data = [t.seq for t in warmup.transcripts(questions, backend, chat, cfg, titles, rng)]
+        held_out = warmup.transcripts(probe_qs, backend, chat, cfg, titles, rng)
+        if not data:
+            raise ValueError("model.warmup_steps: no warm-up transcript fits agent.max_total_tokens")
+        seed = cfg.project.seed
+
+        def measure(step: int) -> dict[str, float]:
+            backend.reseed(0, 2)  # every probe sees the same retriever ties
+            shown: list[str] = []
+            scores = warmup.probe(model, chat, backend, probe_qs, cfg, seed, shown)
+            tracker.log_text("\n\n".join(shown), f"warmup/probe_step_{step:04d}.txt")
+            with autocast(cfg, next(model.parameters()).device):
+                forced = warmup.content_entropy_forced(model, held_out, chat.pad_id, cfg.train.temperature)
+            return scores | {"content_entropy_forced": forced}
+
+        result = warmup.warm_up(model, data, cfg, chat.pad_id, measure, log=tracker.log_metrics)
     finally:
         backend.close()
-    if not data:
-        raise ValueError("model.warmup_steps: no warm-up transcript fits agent.max_total_tokens")
-    metrics = warmup.warm_up(model, data, cfg, chat.pad_id, log=tracker.log_metrics)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     shutil.copy(src / SOURCE_FILE, out / SOURCE_FILE)
-    return metrics
+    return result.metrics(len(data))
 
 
 def priming_questions(entities: list[str], relations: list[str], hops: int, n: int, exclude: set[str],
@@ -111,7 +132,7 @@ def build_tiny(cfg: Config, out, tracker) -> dict[str, float]:
     held_out = {q.question for q in questions if q.split != "train"}
     relations = sorted({r for q in train_qs for r in words(q.question) if r in RELATIONS})
     hops = cfg.data.synthetic.hops
-    # Half the priming questions are 1-hop: a deterministic relation copy forms the copy circuit (docs/NOTES.md).
+    # Half the priming questions are 1-hop: a deterministic relation copy forms the copy circuit (docs/design-choices.md).
     n_one = len(train_qs) // 2 if hops > 1 else 0
     prime_qs = priming_questions(entities, relations, hops, len(train_qs) - n_one, held_out, rng)
     prime_qs += priming_questions(entities, relations, 1, n_one, held_out, rng)
@@ -136,11 +157,11 @@ def build_tiny(cfg: Config, out, tracker) -> dict[str, float]:
         )
     chunks = corpus_chunks(factual, chat, 128, rng) if tc.prime_corpus_weight > 0 else []
     primed = prime(model, transcripts, probes, chunks, tc, chat.pad_id, rng, log=tracker.log_metrics)
-    for key, ok in (("first_call_p", primed.scores["first_call_p"] >= tc.prime_first_call_p),
-                    ("choice_kl", primed.scores["choice_kl"] <= tc.prime_choice_kl)):  # fmt: skip
-        if not ok:
-            warnings.warn(f"model.tiny: format priming stopped at its step cap with {key}={primed.scores[key]:.3f}; "
-                          "RL starts from a weaker prior", stacklevel=2)  # fmt: skip
+    for key, ok, goal in (("first_call_p", primed.scores["first_call_p"] >= tc.prime_first_call_p, f">= {tc.prime_first_call_p}"),
+                          ("choice_kl", primed.scores["choice_kl"] <= tc.prime_choice_kl, f"<= {tc.prime_choice_kl}")):  # fmt: skip
+        if not ok:  # expected for phase 2 on the CPU profile: its probe's goal is a stretch, the cap is the budget
+            log.info("format priming ran to its step cap: %s=%.3f (goal %s); RL starts from this prior",
+                     key, primed.scores[key], goal)  # fmt: skip
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return {

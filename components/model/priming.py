@@ -8,7 +8,7 @@ Two kinds of language-modelling data:
   transcripts after a random model turn, so every turn's choices get the same weight at a fraction of the cost.
   Each random draw is trained against the uniform distribution over what it was drawn from;
 - optionally the corpus itself (every token a target), separate and down-weighted (`prime_corpus_weight`, 0 in
-  the CPU profile: its random facts starve the copy-from-context signal; docs/NOTES.md).
+  the CPU profile: its random facts starve the copy-from-context signal; docs/design-choices.md).
 """
 
 from __future__ import annotations

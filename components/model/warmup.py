@@ -1,78 +1,323 @@
-"""Format warm-up of a real model: a short SFT on the agent's syntax that never shows a gold label.
+"""Format warm-up of a real model: a short SFT on the agent's syntax, not its content, that shows no gold label.
 
-Each transcript is a training question, one search whose query is the question itself, the real results, and an
-answer copied from them: the title of a retrieved passage that is neither supporting nor a gold answer. Only the
-model's turns are targets, tokenized exactly as the rollout engine does. RL then has to find the right passage.
+Each transcript is a training question, then 1 to `agent.max_turns - 1` searches (0 to max_turns - 1 after the
+environment's own first search, `agent.force_first_search`) with their results, then an answer. Only format
+tokens are targets: the tags, the tool-call JSON scaffold and each turn's end-of-turn token. The answer's content
+and the content of every query but the question itself are not (target 0): the transcripts carry no preference
+for any answer or query. The first query is the question; later queries and the answer are names drawn from the
+results shown so far.
+
+No transcript shows a gold answer or a gold supporting passage's title, except the names the question itself
+contains: the results shown are the top hits that are not supporting passages and mention none of those strings.
+
+The warm-up stops by measurement (`probe`): every `model.warmup_probe_every` steps, episodes sampled at the
+training temperature on held-out training questions through the real rollout. It stops once the valid-call and
+answered rates pass their thresholds; when the entropy at content tokens (queries and answers, teacher-forced on
+held-out transcripts: format tokens are meant to become deterministic) falls below `model.warmup_min_entropy`, it
+goes back to the last probed weights above it; `model.warmup_steps` caps it.
 """
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 from tqdm import tqdm
 
 from components.agent.observation import format_hits
-from components.agent.parser import answer_text, call_text
-from components.agent.rewards import normalize_answer
+from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, call_text
 from components.config import Config
 from components.data.schema import Question
 from components.model.loading import autocast, freeze_below
 from components.model.priming import Sequence_, lm_step
-from components.retrieval.base import SearchBackend
+from components.retrieval.base import Hit, SearchBackend
 from components.rollout.chat import ChatFormat
+from components.rollout.content import content_entropy
+from components.rollout.engine import RolloutStats, rollout
+from components.rollout.evaluate import episode_prompts, make_env, transcript
+
+CANDIDATES = 4  # hits fetched per shown hit, so that top_k clean ones remain after the gold filter
+_NAME = re.compile(r"[A-Z][\w-]*(?:[ '][A-Z][\w-]*)*")  # a capitalised name in a passage (no possessive 's)
+
+
+# --- what a transcript may show ------------------------------------------------------------------------------
+
+
+def _words(text: str) -> str:
+    """Lower-cased words separated by single spaces, padded with one: whole-word containment is `in`."""
+    return " " + " ".join(re.sub(r"[^\w]+", " ", text.lower()).split()) + " "
+
+
+def mentions(text: str, names: Sequence[str]) -> bool:
+    """Whether `text` contains any of `names` as whole words (case and punctuation ignored)."""
+    haystack = _words(text)
+    return any(w.strip() and w in haystack for w in map(_words, names))
+
+
+def gold_strings(q: Question, titles: dict[str, str]) -> list[str]:
+    """The gold answers and the titles of the supporting passages (`titles`: passage id -> title) that the
+    question does not name itself: what a warm-up transcript must never show."""
+    golds = list(q.answers) + [titles[i] for i in q.supporting_ids if i in titles]
+    return sorted({g for g in golds if g.strip() and not mentions(q.question, [g])})
+
+
+def clean_hits(hits: Sequence[Hit], q: Question, banned: Sequence[str], k: int) -> list[Hit]:
+    """The first `k` hits that are not supporting passages and mention no banned string."""
+    return [h for h in hits if h.id not in q.supporting_ids and not mentions(f"{h.title} {h.text}", banned)][:k]
+
+
+def names_in(hits: Sequence[Hit], banned: Sequence[str]) -> list[str]:
+    """Titles and capitalised names of the hits, in order of appearance, none of them banned."""
+    found = [h.title for h in hits] + [m.group() for h in hits for m in _NAME.finditer(h.text)]
+    return [n for n in dict.fromkeys(found) if not mentions(n, banned)]
+
+
+# --- transcripts ---------------------------------------------------------------------------------------------
+
+
+def format_tokens(chat: ChatFormat, text: str, content: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """`text` tokenised as the rollout engine does, plus the end-of-turn token; target 1 on every token that
+    overlaps none of the `content` character spans [start, end)."""
+    enc = chat.tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = list(enc["input_ids"]), enc["offset_mapping"]
+    targets = [int(not any(s < ce and cs < e for cs, ce in content)) for s, e in offsets]
+    return ids + [chat.eos_id], targets + [1]
+
+
+def call_turn(chat: ChatFormat, query: str, is_question: bool) -> tuple[list[int], list[int]]:
+    """A search turn; the query's content is a target only when it is the question itself."""
+    text, quoted = call_text(query), json.dumps(query)
+    start = text.rindex(quoted) + 1  # the query is the call's last JSON string
+    return format_tokens(chat, text, [] if is_question else [(start, start + len(quoted) - 2)])
+
+
+def answer_turn(chat: ChatFormat, answer: str) -> tuple[list[int], list[int]]:
+    """An answer turn; only the tags and the end of turn are targets."""
+    return format_tokens(chat, ANSWER_OPEN + answer + ANSWER_CLOSE, [(len(ANSWER_OPEN), len(ANSWER_OPEN) + len(answer))])
+
+
+@dataclass
+class Transcript:
+    question: Question
+    seq: Sequence_
+    content: list[int]  # positions of the untaught content tokens: queries other than the question, the answer
+
+
+@dataclass
+class _Draft:
+    q: Question
+    banned: list[str]
+    searches: int  # model searches still to write
+    ids: list[int]
+    targets: list[int]
+    names: list[str]
+    queried: set[str]
+    query: str  # the next search's query
+    content: list[int] = field(default_factory=list)
+    ok: bool = True
+
+    def add_turn(self, ids: list[int], targets: list[int]) -> None:
+        self.content += [len(self.ids) + j for j, t in enumerate(targets) if not t]
+        self.ids += ids
+        self.targets += targets
 
 
 def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: ChatFormat, cfg: Config,
-                rng: random.Random) -> list[Sequence_]:  # fmt: skip
-    """One call-then-answer transcript per question that has a non-gold title among its hits."""
-    out = []
-    cut = chat.cutter(cfg.agent.passage_max_tokens)
-    by_corpus: dict[str, list[Question]] = {}
+                titles: dict[str, str], rng: random.Random) -> list[Transcript]:  # fmt: skip
+    """A transcript for each question whose every search keeps at least one clean hit and whose transcript fits
+    in agent.max_total_tokens; the searches of all transcripts run in batches, turn by turn."""
+    agent, top_k = cfg.agent, cfg.retrieval.top_k
+    cut = chat.cutter(agent.passage_max_tokens)
+    forced = agent.force_first_search
+    most = max(0, agent.max_turns - 1)
+    drafts = []
     for q in questions:
-        by_corpus.setdefault(q.corpus, []).append(q)
-    for corpus, qs in sorted(by_corpus.items()):
-        for q, hits in zip(qs, backend.search(corpus, [q.question for q in qs], cfg.retrieval.top_k)):
-            gold = {normalize_answer(a) for a in q.answers}
-            decoys = [h.title for h in hits if h.id not in q.supporting_ids and normalize_answer(h.title) not in gold]
-            if not decoys:
+        prompt = chat.prompt_ids(q.question)
+        n = rng.randint(0 if forced else min(1, most), most)
+        drafts.append(_Draft(q, gold_strings(q, titles), n + forced, prompt, [0] * len(prompt), [], set(), q.question))
+    for turn in range(most + forced):
+        todo = [d for d in drafts if d.ok and d.searches > 0]
+        if not todo:
+            break
+        for d, hits in zip(todo, _search(backend, todo, top_k * CANDIDATES)):
+            shown = clean_hits(hits, d.q, d.banned, top_k)
+            if not shown:
+                d.ok = False
                 continue
-            prompt = chat.prompt_ids(q.question)
-            call = chat.encode(call_text(q.question)) + [chat.eos_id]
-            obs = list(chat.insert_ids(format_hits(hits, cut), True))
-            answer = chat.encode(answer_text(rng.choice(decoys))) + [chat.eos_id]
-            ids = prompt + call + obs + answer
-            targets = [0] * len(prompt) + [1] * len(call) + [0] * len(obs) + [1] * len(answer)
-            if len(ids) <= cfg.agent.max_total_tokens:
-                out.append(Sequence_(ids, targets))
+            ids, targets = call_turn(chat, d.query, d.query == d.q.question)
+            if forced and turn == 0:  # the environment's own first search: all of it is prompt
+                d.ids, d.targets = d.ids + ids, d.targets + [0] * len(ids)
+            else:
+                d.add_turn(ids, targets)
+            insert = list(chat.insert_ids(format_hits(shown, cut), True))
+            d.ids, d.targets = d.ids + insert, d.targets + [0] * len(insert)
+            d.queried.add(d.query)
+            d.names += [n for n in names_in(shown, d.banned) if n not in d.names]
+            d.searches -= 1
+            fresh = [n for n in d.names if n not in d.queried]
+            d.query = rng.choice(fresh) if fresh else d.query
+    out = []
+    for d in drafts:
+        answers = [n for n in d.names if not mentions(n, d.q.answers)]  # not even one the question names
+        if not d.ok or not answers:
+            continue
+        d.add_turn(*answer_turn(chat, rng.choice(answers)))
+        if len(d.ids) <= agent.max_total_tokens:
+            out.append(Transcript(d.q, Sequence_(d.ids, d.targets), d.content))
     return out
 
 
-def warm_up(model, data: list[Sequence_], cfg: Config, pad_id: int, log=None) -> dict[str, float]:
-    """`model.warmup_steps` AdamW steps of next-token loss on the transcripts' model turns."""
-    mc = cfg.model
+def _search(backend: SearchBackend, drafts: Sequence[_Draft], k: int) -> list[list[Hit]]:
+    by_corpus: dict[str, list[int]] = {}
+    for i, d in enumerate(drafts):
+        by_corpus.setdefault(d.q.corpus, []).append(i)
+    out: list[list[Hit]] = [[] for _ in drafts]
+    for corpus, idx in by_corpus.items():
+        for i, hits in zip(idx, backend.search(corpus, [drafts[i].query for i in idx], k)):
+            out[i] = list(hits)
+    return out
+
+
+# --- the measured stop ---------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def probe(model, chat: ChatFormat, backend: SearchBackend, questions: Sequence[Question], cfg: Config,
+          seed: int, shown: list[str] | None = None) -> dict[str, float]:  # fmt: skip
+    """Episodes sampled at train.temperature through the real rollout (each question `warmup_probe_samples`
+    times): EM, F1, answered rate, valid-call rate, valid searches per episode, sampling entropy (nats/token) of
+    every sampled token and of the content tokens (queries, answers).
+    `shown` receives a readable transcript of each question's first episode."""
+    env = make_env(backend, questions, cfg.agent, cfg.retrieval.top_k, chat)
+    group = [q for q in questions for _ in range(cfg.model.warmup_probe_samples)]
+    stats = RolloutStats()
+    gen = torch.Generator().manual_seed(seed)
+    with autocast(cfg, next(model.parameters()).device):
+        trajs = rollout(model, chat, env, group, cfg.agent, temperature=cfg.train.temperature, generator=gen,
+                        stats=stats, prompts=episode_prompts(group, chat, env))  # fmt: skip
+    eps = [t.episode for t in trajs]
+    if shown is not None:
+        shown += [transcript(t, chat) for t in trajs[:: cfg.model.warmup_probe_samples]]
+    n, calls = len(eps), sum(e.n_calls for e in eps)
+    return {
+        "em": sum(e.em for e in eps) / n,
+        "f1": sum(e.f1 for e in eps) / n,
+        "answered": sum(e.answer is not None for e in eps) / n,
+        "valid_calls": sum(e.n_valid_calls for e in eps) / calls if calls else 1.0,
+        "searches": sum(e.n_valid_calls for e in eps) / n,
+        "entropy": stats.entropy,
+        "content_entropy": content_entropy(trajs, chat),
+    }
+
+
+@torch.no_grad()
+def content_entropy_forced(model, data: Sequence[Transcript], pad_id: int, temperature: float,
+                           micro: int = 4) -> float:  # fmt: skip
+    """The entropy (nats) of the model's next-token distribution at `temperature` where the transcripts' content
+    tokens are predicted (the answer's text, queries other than the question), teacher-forced: what the model
+    would sample there, measurable before it writes the format on its own."""
     device = next(model.parameters()).device
+    head, total, n = model.get_output_embeddings(), 0.0, 0
+    for i in range(0, len(data), micro):
+        part = data[i : i + micro]
+        width = max(len(t.seq.ids) for t in part)
+        ids = torch.full((len(part), width), pad_id, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for r, t in enumerate(part):
+            ids[r, : len(t.seq.ids)], attn[r, : len(t.seq.ids)] = torch.tensor(t.seq.ids), 1
+        hidden = model.base_model(input_ids=ids.to(device), attention_mask=attn.to(device)).last_hidden_state
+        rows = torch.tensor([r for r, t in enumerate(part) for _ in t.content], dtype=torch.long)
+        cols = torch.tensor([p - 1 for t in part for p in t.content], dtype=torch.long)
+        logp = torch.log_softmax(head(hidden[rows, cols]).float() / temperature, -1)
+        total, n = total - float((logp.exp() * logp).sum()), n + len(rows)
+    return total / n if n else 0.0
+
+
+def passed(scores: dict[str, float], cfg: Config) -> bool:
+    mc = cfg.model
+    return scores["valid_calls"] >= mc.warmup_min_valid_calls and scores["answered"] >= mc.warmup_min_answered
+
+
+@dataclass
+class WarmupResult:
+    before: dict[str, float]  # the probe of the model it started from
+    after: dict[str, float]  # the probe of the weights it kept
+    steps: int  # steps of the kept weights
+    stop: str  # "passed" | "entropy_floor" | "step_cap"
+    losses: list[float]
+    seconds: float
+
+    def metrics(self, n_transcripts: int) -> dict[str, float]:
+        tail = self.losses[-10:]
+        return {"warmup_steps": float(self.steps), "warmup_transcripts": float(n_transcripts),
+                "warmup_first_loss": self.losses[0] if self.losses else 0.0,
+                "warmup_loss": sum(tail) / max(1, len(tail)), "warmup_seconds": self.seconds,
+                "warmup_passed": float(self.stop == "passed"),
+                **{f"warmup_before_{k}": v for k, v in self.before.items()},
+                **{f"warmup_after_{k}": v for k, v in self.after.items()}}  # fmt: skip
+
+
+def warm_up(model, data: list[Sequence_], cfg: Config, pad_id: int, measure: Callable[[int], dict[str, float]],
+            log=None) -> WarmupResult:  # fmt: skip
+    """AdamW steps of next-token loss on the transcripts' format tokens until `measure(step)` passes (see the
+    module's docstring), at most `model.warmup_steps`."""
+    mc = cfg.model
+    t0 = time.perf_counter()
     params = freeze_below(model, cfg.train.trainable_layers)
     opt = torch.optim.AdamW(params, lr=mc.warmup_lr)
     rng = random.Random(f"agentr1-warmup:{cfg.project.seed}")
-    model.train()
-    losses, t0 = [], time.perf_counter()
-    for step in tqdm(range(mc.warmup_steps), desc="format warm-up", disable=None):
+
+    def scored(step: int) -> dict[str, float]:
+        scores = measure(step)
+        if log is not None:
+            log({f"warmup_probe_{k}": v for k, v in scores.items()}, step=step)
+        return scores
+
+    before = scores = scored(0)
+    kept = (0, scores, [p.detach().clone() for p in params])  # the last probed weights above the entropy floor
+    losses: list[float] = []
+    stop = "passed" if passed(scores, cfg) else "step_cap"
+    bar = tqdm(range(1, mc.warmup_steps + 1), desc="format warm-up", disable=None)
+    for step in bar if stop != "passed" else ():
+        model.train()
         batch = rng.sample(data, min(mc.warmup_batch_size, len(data)))
-        with autocast(cfg, device):
-            loss = lm_step(model, batch, pad_id, device, micro_size=mc.warmup_micro_batch_size)
+        with autocast(cfg, next(model.parameters()).device):
+            loss = lm_step(model, batch, pad_id, next(model.parameters()).device,
+                           micro_size=mc.warmup_micro_batch_size)  # fmt: skip
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
         opt.step()
         losses.append(float(loss.detach()))
         if log is not None:
-            log({"warmup_loss": losses[-1]}, step=step + 1)
+            log({"warmup_loss": losses[-1]}, step=step)
+        if step % mc.warmup_probe_every and step != mc.warmup_steps:
+            continue
+        scores = scored(step)
+        bar.set_postfix(valid=f"{scores['valid_calls']:.2f}", answered=f"{scores['answered']:.2f}",
+                        content_entropy=f"{scores['content_entropy_forced']:.2f}")  # fmt: skip
+        if scores["content_entropy_forced"] < mc.warmup_min_entropy:
+            stop = "entropy_floor"
+            break
+        kept = (step, scores, [p.detach().clone() for p in params])
+        if passed(scores, cfg):
+            stop = "passed"
+            break
+    steps, after, weights = kept
+    with torch.no_grad():
+        for p, w in zip(params, weights):
+            p.copy_(w)
+    if stop != "passed":
+        warnings.warn(f"model.warmup: stopped by {stop} at step {steps} with valid_calls={after['valid_calls']:.2f}, "
+                      f"answered={after['answered']:.2f}, content_entropy_forced={after['content_entropy_forced']:.3f} (thresholds "
+                      f"{mc.warmup_min_valid_calls}, {mc.warmup_min_answered}, floor {mc.warmup_min_entropy})",
+                      stacklevel=2)  # fmt: skip
     model.requires_grad_(True)
     model.eval()
-    tail = losses[-10:]
-    return {"warmup_steps": float(len(losses)), "warmup_transcripts": float(len(data)),
-            "warmup_first_loss": losses[0] if losses else 0.0, "warmup_loss": sum(tail) / max(1, len(tail)),
-            "warmup_seconds": time.perf_counter() - t0}  # fmt: skip
+    return WarmupResult(before, after, steps, stop, losses, time.perf_counter() - t0)

@@ -1,0 +1,1 @@
+"""The register stage: the agent as a pyfunc model version with its evidence, and the champion decision."""

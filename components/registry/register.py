@@ -164,10 +164,10 @@ def _register(cfg: Config, tracker, client, eval_metrics: dict[str, float], trai
     if tracker.run_id is not None:  # every metric on the register run and the logged model, none on the version
         mlflow.log_metrics({metric_key(k): v for k, v in eval_metrics.items()}, run_id=tracker.run_id, model_id=info.model_id)
 
-    try:
-        client.get_registered_model(reg.model_name)
+    try:  # also a model whose first registration was killed before its description was written
+        first = not client.get_registered_model(reg.model_name).description
     except MlflowException:
-        client.create_registered_model(reg.model_name, description="agentr1 search agent (Agent-R1 end-to-end RL)")
+        first = True  # register_model creates it (creating it here first made MLflow say it "already exists")
     try:
         champion = client.get_model_version_by_alias(reg.model_name, reg.alias)
         champion_value = float(champion.tags[reg.metric]) if reg.metric in champion.tags else None
@@ -184,6 +184,8 @@ def _register(cfg: Config, tracker, client, eval_metrics: dict[str, float], trai
                 f"{EVIDENCE}.eval_run": run_link(cfg, eval_run) if eval_run else "not found"}  # fmt: skip
     # pending until its description is written too: a kill before then leaves a version the next run deletes
     mv = mlflow.register_model(info.model_uri, reg.model_name, tags=evidence | _lineage(cfg) | {REGISTRATION_TAG: PENDING})
+    if first:
+        client.update_registered_model(reg.model_name, description="agentr1 search agent (Agent-R1 end-to-end RL)")
     link = f"[evaluation run]({evidence[f'{EVIDENCE}.eval_run']})" if eval_run else "evaluation run not found"
     about = about_model(cfg, hf_dir)  # the model, its world, its training data
     client.update_model_version(reg.model_name, mv.version,
@@ -196,4 +198,6 @@ def _register(cfg: Config, tracker, client, eval_metrics: dict[str, float], trai
     write_json(artifacts.decision(cfg), asdict(decision))
     tracker.log_dict(asdict(decision), "register/decision.json")
     tracker.set_tags({"registered_version": str(mv.version), "promoted": str(promoted), "decision": reason})
-    return {"registered_version": float(mv.version), "promoted": float(promoted), reg.metric: value}
+    champion_now = mv.version if promoted else champion_version
+    return {"registered_version": float(mv.version), "promoted": float(promoted),
+            "champion_version": float(champion_now) if champion_now is not None else 0.0, reg.metric: value}  # fmt: skip

@@ -12,7 +12,7 @@ own seeded one, or one passed in), never by passage id, so a policy cannot learn
 `reseed(*key)` restarts the backend's rng from (seed, *key); the trainer reseeds per step and per evaluation.
 
 Engine: bm25s over tantivy: one sparse product scores a batch of queries 3-4x faster at equal recall, and
-fair ties need every passage's score (docs/NOTES.md).
+fair ties need every passage's score (docs/design-choices.md).
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The local RL trainer: advantages, losses, critic, batches and exact-resume checkpoints."""

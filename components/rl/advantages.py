@@ -39,3 +39,24 @@ def compute_advantages(
     if cfg.algorithm == "grpo":
         return fn(token_level_rewards=token_rewards, response_mask=mask, index=index, norm_adv_by_std_in_grpo=True)
     return fn(token_level_rewards=token_rewards, response_mask=mask, index=index, config=algo)
+
+
+def groups_with_signal(scores: torch.Tensor, index: np.ndarray, tol: float = 1e-6) -> float:
+    """The fraction of groups (the rollouts of one question, `index`) whose episode returns `scores` are not all
+    equal. A group of equal returns has zero advantage everywhere under a grouped estimator: GRPO learns only
+    from the others."""
+    values = scores.detach().float().cpu().numpy()
+    groups: dict = {}
+    for key, v in zip(index.tolist(), values.tolist()):
+        groups.setdefault(key, []).append(v)
+    if not groups:
+        return 0.0
+    return sum(max(g) - min(g) > tol for g in groups.values()) / len(groups)
+
+
+def step_config(cfg: TrainConfig, sampling_entropy: float) -> TrainConfig:
+    """The step's TrainConfig: with train.entropy_floor set and the step's sampling entropy (nats per token)
+    below it, the entropy bonus grows by train.entropy_floor_coef until exploration recovers."""
+    if cfg.entropy_floor is None or sampling_entropy >= cfg.entropy_floor:
+        return cfg
+    return cfg.model_copy(update={"entropy_coef": cfg.entropy_coef + cfg.entropy_floor_coef})

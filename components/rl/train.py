@@ -30,13 +30,14 @@ from components.model.loading import RolloutWeights, autocast, freeze_below, loa
 from components.model.top_layers import frozen_layers
 from components.retrieval.factory import make_backend
 from components.rl import checkpoint as ckpt
-from components.rl.advantages import compute_advantages
+from components.rl.advantages import compute_advantages, groups_with_signal, step_config
 from components.rl.batch import Batch, collate
 from components.rl.critic import Critic
 from components.rl.losses import micro_batch_loss, policy_logprobs
 from components.rollout.chat import ChatFormat
+from components.rollout.content import content_entropy
 from components.rollout.engine import RolloutStats, rollout
-from components.rollout.evaluate import evaluate_agent, make_env, summarize, transcript
+from components.rollout.evaluate import episode_prompts, evaluate_agent, make_env, summarize, transcript
 from components.rollout.traces import train_traces
 
 SYNTHETIC, COUNTERFACTUAL = "synthetic", "synthetic_cf"
@@ -97,12 +98,14 @@ class Trainer:
         gen = torch.Generator().manual_seed(hash((self.cfg.project.seed, step)) % (2**63))
         stats = RolloutStats()
         self.actor.sync()
+        group = [q for q in qs for _ in range(self.tc.group_size)]
         with self.rollout_amp():
-            trajs = rollout(self.actor.model, self.chat, self.env, [q for q in qs for _ in range(self.tc.group_size)],
-                            self.cfg.agent, temperature=self.tc.temperature, generator=gen, stats=stats,
+            trajs = rollout(self.actor.model, self.chat, self.env, group, self.cfg.agent, temperature=self.tc.temperature,
+                            generator=gen, stats=stats, prompts=episode_prompts(group, self.chat, self.env),
                             engine=self.cfg.rollout, capture_layer=self.keep_layer)  # fmt: skip
         t1 = time.perf_counter()
         batch = collate(trajs, self.chat.pad_id, self.keep_layer).to(self.device)
+        self.tc = step_config(self.cfg.train, stats.entropy)  # train.entropy_floor: the bonus for this update
         update = self.update(batch, step)
         t2 = time.perf_counter()
         eps = [t.episode for t in trajs]
@@ -119,6 +122,9 @@ class Trainer:
             "action_tokens": float(batch.action_mask.sum(-1).mean()),
             "rollout_tokens_per_s": stats.tokens_per_s,
             "entropy": stats.entropy,  # of the sampling policy, per generated token
+            "content_entropy": content_entropy(trajs, self.chat),  # of the query and answer tokens alone
+            "entropy_coef": self.tc.entropy_coef,
+            "groups_with_signal": groups_with_signal(batch.token_rewards.sum(-1), batch.index),  # GRPO's signal
             "rollout_s": t1 - t0,
             "tool_s": stats.tool_seconds,
             "update_s": t2 - t1,

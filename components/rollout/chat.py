@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from components.agent.prompts import SYSTEM_PROMPT, assistant_turn_suffix, initial_messages, render_prompt, render_tool_turn
+from components.agent.prompts import (SYSTEM_PROMPT, assistant_turn_suffix, initial_messages, render_prompt, render_tool_turn,
+                                      system_prompt_text)  # fmt: skip
+from components.agent.tools import declared_tools
 
 
 class ChatFormat:
     """Wraps a HF tokenizer: prompt ids, the ids inserted after a model turn, and decoding of a turn.
 
+    The prompt declares `tools` to the template (`apply_chat_template(tools=...)`): a template with tool support
+    (Qwen2.5's) writes their schemas and its own call syntax into the system turn; others ignore them.
     A turn ends on any of `stop_ids`: the end-of-turn token the template writes after an assistant message
     (`eos_id`), the tokenizer's eos, and the generation config's eos ids. They differ when a converted
     tokenizer's eos is wrong (a GGUF's reports <|im_start|> where the model ends turns with <|im_end|>).
@@ -17,11 +21,13 @@ class ChatFormat:
 
     @classmethod
     def for_agent(cls, tokenizer, agent, generation_config=None) -> ChatFormat:
-        return cls(tokenizer, SYSTEM_PROMPT if agent.system_prompt else None, generation_config)
+        return cls(tokenizer, system_prompt_text(agent.system_prompt), generation_config, declared_tools())
 
-    def __init__(self, tokenizer, system_prompt: str | None = SYSTEM_PROMPT, generation_config=None):
+    def __init__(self, tokenizer, system_prompt: str | None = SYSTEM_PROMPT, generation_config=None,
+                 tools: list[dict] | None = None):  # fmt: skip
         self.tok = tokenizer
         self.system_prompt = system_prompt
+        self.tools = tools
         suffix = assistant_turn_suffix(tokenizer)
         end_of_turn = self._first_special(suffix)
         self.eos_id: int = end_of_turn if end_of_turn is not None else tokenizer.eos_token_id
@@ -50,7 +56,7 @@ class ChatFormat:
         return self.tok.encode(text, add_special_tokens=False)
 
     def prompt_ids(self, question: str) -> list[int]:
-        return self.encode(render_prompt(self.tok, initial_messages(question, self.system_prompt)))
+        return self.encode(render_prompt(self.tok, initial_messages(question, self.system_prompt), self.tools))
 
     def ended_with_eos(self, turn: list[int]) -> bool:
         """The turn ended with the template's end-of-turn token (the rest of the suffix follows it)."""

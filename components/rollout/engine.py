@@ -39,6 +39,8 @@ class RolloutStats:
     forward_calls: int = 0
     decode_steps: int = 0
     row_steps: int = 0  # rows computed over all decode steps (idle rows included)
+    fed_rows: int = 0  # rows that fed a token over all decode steps
+    compactions: int = 0  # times the cache shrank to its busy rows (RolloutConfig.compact_fraction)
     entropy_sum: float = 0.0  # of the sampling distribution, over every sampled token
     phase_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
 
@@ -160,6 +162,7 @@ class _Scheduler:
             with self.clock("decode"):
                 self.logits[rows] = self.slots.decode(rows, tok, self.chat.pad_id)
                 st.decode_steps += 1
+                st.fed_rows += len(rows)
                 st.row_steps += self.slots.n if len(rows) >= self.ec.full_step_fraction * self.slots.n else len(rows)
 
     def answer_and_prefill(self) -> None:
@@ -168,10 +171,33 @@ class _Scheduler:
         if ended:
             self.answer(ended)
             self.admit()  # freed slots take queued episodes at once
+            self.compact()
         todo = [w for w in self.waiting if w.chunk]
         self.waiting.clear()
         if todo:
             self.prefill_rows(todo)
+
+    def compact(self) -> None:
+        """Once nothing is queued and few slots hold episodes, drop the free slots: the busy ones become rows
+        0..m-1 (in order), so later steps run over m rows instead of gathering them from n."""
+        busy = [s for s in range(self.slots.n) if self.owner[s] >= 0]
+        if self.queue or not busy or len(busy) > self.ec.compact_fraction * self.slots.n:
+            return
+        with self.clock("bookkeeping"):
+            new = {s: k for k, s in enumerate(busy)}
+            rows = torch.tensor(busy, dtype=torch.long, device=self.slots.device)
+            self.slots.keep(rows)
+            if self.logits.shape[1]:
+                self.logits = self.logits[rows]
+            self.live, self.turn_tok, self.turn_lp = self.live[rows], self.turn_tok[rows], self.turn_lp[rows]
+            self.turn_n, self.budget = self.turn_n[rows], self.budget[rows]
+            self.started = [self.started[s] for s in busy]
+            self.owner = [self.owner[s] for s in busy]
+            self.free = []
+            for w in self.waiting:
+                w.slot = new[w.slot] if w.slot in new else -1
+            self.waiting = [w for w in self.waiting if w.slot >= 0]
+            self.stats.compactions += 1
 
     def answer(self, ended: list[_Waiting]) -> None:
         with self.clock("tools"):

@@ -1,8 +1,8 @@
 """Run the agent greedily on questions and score it; plus the baselines the evaluate stage compares against.
 
 Modes: "agent" (multi-turn with tools; use the base model for "tools, no RL"), "direct" (no retrieval: the
-answer tag is prefilled), "naive_rag" (one search with the question as the query, shown as an observation,
-then the answer tag is prefilled). Baselines are scored on plain generation (components.rollout.answers),
+answer tag is prefilled), "naive_rag" (one search with the question as the query, shown as the observation of a
+completed call, or in the question turn with `naive_rag="question_turn"`; then the answer tag is prefilled). Baselines are scored on plain generation (components.rollout.answers),
 the agent on its strict answer tag.
 """
 
@@ -14,6 +14,7 @@ from typing import Literal
 
 from components.agent.env import ToolEnv
 from components.agent.parser import ANSWER_OPEN, call_text
+from components.agent.prompts import initial_messages, render_prompt
 from components.agent.rewards import exact_match, f1
 from components.agent.tools import SearchTool
 from components.config import AgentConfig, RolloutConfig
@@ -27,6 +28,7 @@ from components.rollout.steps import episode_steps
 from components.rollout.trajectory import Trajectory
 
 Mode = Literal["agent", "direct", "naive_rag"]
+NaiveRag = Literal["tool_response", "question_turn"]  # where naive RAG shows its passages
 
 
 BATCH_TOKENS = 131072  # default bound of the KV cache: rows x the longest possible row
@@ -65,6 +67,9 @@ def transcript(t: Trajectory, chat: ChatFormat) -> str:
     """Readable trajectory: the question, each call, each observation, the answer and the rewards."""
     ep = t.episode
     lines = [f"Q: {ep.question.question}  (gold: {' | '.join(ep.question.answers)})"]
+    if ep.first_search is not None:  # the environment's own search, shown in the prompt
+        lines.append(f"{'search*':>9}: {ep.question.question}")
+        lines.append(f"{'tool':>9}: {ep.first_search}".replace("\n", "\n           "))
     for role, text in ep.log[1:]:
         lines.append(f"{role:>9}: {text}".replace("\n", "\n           "))
     lines.append(f"   answer: {ep.answer!r}  EM={ep.em:.0f} F1={ep.f1:.2f}  outcome={ep.outcome:+.2f}  "
@@ -84,18 +89,19 @@ def evaluate_agent(
     stats: RolloutStats | None = None,
     desc: str | None = None,
     engine: RolloutConfig | None = None,
+    naive_rag: NaiveRag = "tool_response",
 ) -> list[AgentResult]:
     """Greedy episodes, at most `batch_tokens` (rows x the longest possible row) in the KV cache at once."""
     chat = ChatFormat.for_agent(tokenizer, agent, getattr(model, "generation_config", None))
     if mode != "agent":
-        agent = agent.model_copy(update={"max_turns": 1})
+        agent = agent.model_copy(update={"max_turns": 1, "force_first_search": False})
     questions = list(questions)
     env = make_env(backend, questions, agent, top_k, chat)
     prefill = ANSWER_OPEN if mode != "agent" else ""
     if mode == "naive_rag":
-        prompts = _naive_rag_prompts(questions, chat, env)
+        prompts = searched_prompts(questions, chat, env, naive_rag)
     else:
-        prompts = [chat.prompt_ids(q.question) for q in questions]
+        prompts = episode_prompts(questions, chat, env) or [chat.prompt_ids(q.question) for q in questions]
     extra = len(chat.encode(prefill)) if prefill else 0
     bound = max((row_bound(len(p) + extra, agent) for p in prompts), default=1)
     engine = engine or RolloutConfig()
@@ -134,21 +140,29 @@ def _result(t: Trajectory, chat: ChatFormat, plain: bool) -> AgentResult:
                        ep.f1, plain, ep.outcome, sum(ep.process_rewards), episode_steps(t))  # fmt: skip
 
 
-def _naive_rag_prompts(qs: list[Question], chat: ChatFormat, env: ToolEnv) -> list[list[int]]:
-    """One search per question, the question as the query, through the agent's own search tool (so the
-    observation reads exactly as an agent's search would), shown as a completed first call."""
-    by_corpus: dict[str, list[int]] = {}
-    for i, q in enumerate(qs):
-        by_corpus.setdefault(q.corpus, []).append(i)
-    observations: dict[int, str] = {}
-    for corpus, idx in by_corpus.items():
-        results = env.toolsets[corpus]["search"].execute([{"query": qs[i].question} for i in idx])
-        observations.update((i, r.text) for i, r in zip(idx, results))
+def searched_prompts(questions: Sequence[Question], chat: ChatFormat, env: ToolEnv,
+                     where: NaiveRag = "tool_response") -> list[list[int]]:
+    """Each question's prompt with the results of one search, the question as the query, through the agent's own
+    search tool (the env's first_search, so they read exactly as an agent's search would). Shown as a finished
+    first call ("tool_response": naive RAG's prompt, and the agent's under agent.force_first_search), or above
+    the question in the question turn ("question_turn", Search-R1's naive RAG). All of it is prompt, mask 0."""
+    results = env.first_search(questions)
     prompts = []
-    for i, q in enumerate(qs):
+    for q, r in zip(questions, results):
+        if where == "question_turn":
+            messages = initial_messages(q.question, chat.system_prompt)
+            messages[-1]["content"] = f"Search results:\n{r.text}\n\n{messages[-1]['content']}"
+            prompts.append(chat.encode(render_prompt(chat.tok, messages, chat.tools)))
+            continue
         ids = chat.prompt_ids(q.question) + chat.encode(call_text(q.question)) + [chat.eos_id]
-        prompts.append(ids + list(chat.insert_ids(observations[i], True)))
+        prompts.append(ids + list(chat.insert_ids(r.text, True)))
     return prompts
+
+
+def episode_prompts(questions: Sequence[Question], chat: ChatFormat, env: ToolEnv) -> list[list[int]] | None:
+    """The prompts an agent's episodes start from: searched ones under agent.force_first_search, else None
+    (rollout's own plain prompts)."""
+    return searched_prompts(questions, chat, env) if env.cfg.force_first_search else None
 
 
 def summarize(results: Sequence[AgentResult], prefix: str = "") -> dict[str, float]:

@@ -76,6 +76,9 @@ class SlotLayer(CacheLayerMixin):
         self.keys[dst, :, :width] = self.keys[src, :, :width]
         self.values[dst, :, :width] = self.values[src, :, :width]
 
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        self.keys, self.values = self.keys[rows], self.values[rows]
+
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.cache.plan.width, 0
 
@@ -100,3 +103,10 @@ class SlotCache(Cache):
             if layer.is_initialized:
                 device = layer.keys.device
                 layer.copy_rows(torch.tensor(src, device=device), torch.tensor(dst, device=device), width)
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Shrink to `rows`, in this order (row i becomes rows[i])."""
+        for layer in self.layers:
+            if layer.is_initialized:
+                layer.keep_rows(rows)
+        self.slots = len(rows)

@@ -97,6 +97,14 @@ class SlotModel:
         self.lens[rows] += 1
         return self.head(h).float()
 
+    def keep(self, rows: torch.Tensor) -> None:
+        """Shrink to slots `rows` (slot i becomes rows[i])."""
+        self.cache.keep_rows(rows)
+        if self.hidden is not None:
+            self.hidden = self.hidden[rows]
+        self.lens = self.lens[rows]
+        self.n = len(rows)
+
     def share(self, src: list[int], dst: list[int]) -> None:
         """Slots `dst` start as copies of slots `src` (episodes of one group share their prompt's prefill)."""
         width = int(self.lens[src].max())

@@ -23,6 +23,10 @@ def episode_steps(t: Trajectory) -> list[dict]:
     A tool step's times are those of the batched tool step its call ran in (the rollout runs every call of a
     turn as one batch)."""
     steps: list[dict] = []
+    ep = t.episode
+    if ep.first_search is not None:  # the environment's own first search (agent.force_first_search), in the prompt
+        steps.append({"kind": "tool", "name": "search", "query": ep.question.question, "ok": True, "forced": True,
+                      "hits": hit_titles(ep.first_search), "text": ep.first_search, "start_ns": 0, "end_ns": 0})  # fmt: skip
     turn = -1
     for role, text in t.episode.log[1:]:
         if role == "assistant":

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +18,23 @@ STAGE_TAG = "agentr1.stage"
 PARENT_ENV = "AGENTR1_PARENT_RUN_ID"  # set by whoever drives the CLI as one pipeline run (e.g. the Prefect flow)
 PIPELINE_KEY_TAG = "agentr1.pipeline_key"  # the one `dvc repro` / `dvc exp run` process a parent run stands for
 SHELLS = {"sh", "bash", "dash", "zsh", "fish"}
+
+
+# What a pipeline's parent run shows at a glance on the runs page: EM/F1 of the agent and of each baseline per set
+# (evaluate) as `<metric>/<dataset>/<split>/<system>`, so the chart view has one section per metric and set with a
+# chart per system; and the registry's decision (register).
+HEADLINE = re.compile(r"^(?:baseline/(?P<system>[^/]+)/)?(?P<metric>em|f1)/(?P<set>[^/]+/[^/]+)$")
+HEADLINE_REGISTER = ("registered_version", "promoted", "champion_version")
+# The runs table's columns for those: a shared view of the experiment (the MLflow UI's "Views"; `make ui` prints its
+# URL), stored, as the UI stores one, in this experiment tag.
+HEADLINE_VIEW = "agentr1-headline"
+VIEW_TAG = "mlflow.sharedViewState."
+
+
+def headline_key(key: str) -> str | None:
+    """An evaluate metric's key on the parent run ("baseline/direct/em/synthetic/dev" -> "em/synthetic/dev/direct")."""
+    m = HEADLINE.match(key)
+    return f"{m['metric']}/{m['set']}/{m['system'] or 'agent'}" if m else None
 
 
 class TrackingError(Exception):
@@ -164,3 +183,41 @@ def cli_parent(cfg: Config) -> Iterator[str | None]:
         status = "FINISHED"
     finally:
         client.set_terminated(parent, status)
+
+
+def log_headline(parent_run_id: str, stage: str, metrics: dict[str, float], stage_run_id: str | None = None) -> None:
+    """Copy a stage's headline metrics onto the pipeline's parent run; for register also its decision (a tag)."""
+    import mlflow
+    from mlflow.entities import Metric, RunTag
+
+    from components.tracking.tracker import metric_key
+
+    if stage == "evaluate":
+        keep = {headline_key(k): v for k, v in metrics.items() if headline_key(k)}
+    elif stage == "register":
+        keep = {k: v for k, v in metrics.items() if k in HEADLINE_REGISTER}
+    else:
+        return
+    client = mlflow.MlflowClient()
+    tags = []
+    if stage == "register" and stage_run_id is not None:
+        decision = client.get_run(stage_run_id).data.tags.get("decision")
+        tags = [RunTag("agentr1.decision", decision)] if decision else []
+    now = int(time.time() * 1000)
+    client.log_batch(parent_run_id, metrics=[Metric(metric_key(k), float(v), now, 0) for k, v in keep.items()], tags=tags)
+    columns = [k for k in keep if k.startswith("em/")] + (["champion_version"] if "champion_version" in keep else [])
+    if columns:
+        _extend_view(client, client.get_run(parent_run_id).info.experiment_id, [metric_key(k) for k in columns])
+
+
+def _extend_view(client, experiment_id: str, metrics: list[str]) -> None:
+    """Add metric columns to the experiment's headline view of the runs table (kept across pipeline runs)."""
+    import json
+
+    tag = VIEW_TAG + HEADLINE_VIEW
+    try:
+        old = json.loads(client.get_experiment(experiment_id).tags.get(tag, "{}")).get("selectedColumns", [])
+    except (ValueError, AttributeError):
+        old = []
+    columns = list(dict.fromkeys(old + [f"metrics.`{m}`" for m in metrics]))
+    client.set_experiment_tag(experiment_id, tag, json.dumps({"selectedColumns": columns}))

@@ -82,7 +82,7 @@ class MlflowTracker(NullTracker):
 
         path = Path(path)
         df = pd.read_parquet(path)
-        ds = from_pandas(df.astype(str), source=str(path.resolve()), name=path.stem, digest=file_digest(path)[:16])
+        ds = from_pandas(df.astype(str), source=_local_source(path.resolve()), name=path.stem, digest=file_digest(path)[:16])
         self._require_active()
         self._mlflow.log_input(ds, context=context)
 
@@ -119,6 +119,15 @@ class MlflowTracker(NullTracker):
             token = page.token
             if not token:
                 return found
+
+
+def _local_source(path: Path):
+    """The file as MLflow's local dataset source. A plain path string is ambiguous to MLflow's resolver (it registers
+    the local source class twice and warns on every input), so the class is picked by its source type."""
+    from mlflow.data.dataset_source_registry import get_registered_sources
+
+    local = next(c for c in get_registered_sources() if c._get_source_type() == "local")
+    return local(str(path))
 
 
 def metric_key(key: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from components.agent.prompts import SYSTEM_PROMPT, initial_messages
+from components.agent.prompts import SYSTEM_PROMPT, initial_messages, system_prompt_text
 from components.rl.train import COUNTERFACTUAL, SYNTHETIC, split_questions
 from components import artifacts
 from components.data.prepare import read_questions
@@ -70,7 +70,7 @@ def export(cfg, out_dir: str | Path, eval_questions: int | None = None) -> dict[
             raise DataError(f"{source}: question {bad.id!r} has no answers")
     out = Path(out_dir)
     paths = {name: out / f"{name}.parquet" for name in splits}
-    system_prompt = SYSTEM_PROMPT if cfg.agent.system_prompt else None  # the same prompt the local trainer uses
+    system_prompt = system_prompt_text(cfg.agent.system_prompt)  # the same prompt the local trainer uses
     for name, qs in splits.items():
         write_split(qs, paths[name], system_prompt)
     return paths

@@ -165,6 +165,7 @@ def overrides(cfg: Config, env: Mapping[str, str] | None = None) -> list[str]:
         "reward.custom_reward_function.path": str(Path(__file__).with_name("reward.py")),
         "reward.custom_reward_function.name": "compute_score",
         "+reward.custom_reward_function.reward_kwargs.answer_metric": a.reward.answer_metric,
+        "+reward.custom_reward_function.reward_kwargs.answer_format": a.reward.answer_format,
         "+reward.custom_reward_function.reward_kwargs.format_penalty": a.reward.format_penalty,
         # trainer: steps, checkpoints, resume, logging
         "trainer.total_training_steps": t.steps,

