@@ -40,16 +40,19 @@ def _overrides(pairs: list[str] | None) -> dict:
 def _known_errors() -> tuple[type[BaseException], ...]:
     from components.config import ConfigError
     from components.data.schema import DataError
+    from components.io import DiskFull
     from components.model.source import ModelSourceError
     from components.retrieval.base import SearchError
 
     from components.rl.checkpoint import CheckpointError
     from components.serving.ask import AskError
     from components.tracking.promote import PromotionError
+    from components.tracking.registration import RegistrationError
     from components.tracking.runs import TrackingError
 
     errors: list[type[BaseException]] = [ConfigError, DataError, ModelSourceError, SearchError, FileNotFoundError,
-                                         CheckpointError, PromotionError, AskError, TrackingError]  # fmt: skip
+                                         CheckpointError, PromotionError, AskError, TrackingError, DiskFull,
+                                         RegistrationError]  # fmt: skip
     try:
         from components.validation.validate import ValidationFailed
 

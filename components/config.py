@@ -461,7 +461,7 @@ class TrainConfig(Section):
     gamma: float = Field(default=1.0, ge=0, le=1)
     lam: float = Field(default=1.0, ge=0, le=1)
     loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
-    entropy_coef: float = 0.0
+    entropy_coef: float = Field(default=0.0, ge=0, description="entropy bonus weight; negative would reward collapse")
     entropy_floor: float | None = Field(
         default=None, ge=0, description="nats per sampled token: a step whose sampling entropy is below it adds "
         "entropy_floor_coef to the entropy bonus; null = off",

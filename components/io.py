@@ -1,7 +1,11 @@
-"""Atomic file output: a stage either writes a whole file or directory, or leaves the old one untouched."""
+"""Atomic file output: a stage either writes a whole file or directory, or leaves the old one untouched.
+
+A write that runs out of disk space leaves nothing behind either and raises DiskFull: one line naming the path,
+what the write needs and what is free."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -14,14 +18,101 @@ from pathlib import Path
 from typing import Any
 
 
-@contextmanager
-def atomic_path(target: str | Path) -> Iterator[Path]:
-    """Yield a temp path beside `target` (file or directory); move it into place only on success."""
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+LOW_SPACE = 1 << 20  # bytes free under which an errno-less short write counts as a full disk
+
+
+class DiskFull(OSError):
+    """A write ran out of disk space (or quota); the message names the path, what it needs and what is free."""
+
+    def __init__(self, message: str):
+        super().__init__(errno.ENOSPC, message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def out_of_space(err: BaseException | None, where: str | Path | None = None) -> bool:
+    """Whether `err`, or an error it was raised from or while handling, is a full disk (torch, pyarrow and shutil
+    report it in their own words around the OSError). Some writers report a short write without an errno (numpy:
+    "8119 requested and 4592 written"): that counts when the filesystem of `where` has under LOW_SPACE free."""
+    seen, io_error = set(), False
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError):
+            if err.errno in NO_SPACE or os.strerror(errno.ENOSPC) in str(err):
+                return True
+            io_error = io_error or err.errno is None
+        err = err.__cause__ or err.__context__
+    return io_error and where is not None and free_space(where) < LOW_SPACE
+
+
+def full_at(err: BaseException | None) -> str | None:
+    """The file whose write found the disk full, when the error names it (a copy names its source, then it)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in NO_SPACE and err.filename:
+            return os.fsdecode(err.filename2 or err.filename)
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def free_space(path: str | Path) -> int:
+    """Bytes free on the filesystem of `path` (or of its nearest existing parent)."""
+    path = Path(path)
+    where = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
+    return shutil.disk_usage(where).free
+
+
+def size_of(path: str | Path) -> int:
+    """Bytes of a file, or of every file under a directory (0 when it does not exist)."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink()) if path.is_dir() else 0
+
+
+def human(n: int) -> str:
+    """Bytes in KB, MB or GB (powers of 1024), one decimal."""
+    for unit, scale in (("GB", 2**30), ("MB", 2**20)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n / 2**10:.1f} KB"
+
+
+def disk_full(target: str | Path, need: int | None = None, written: int = 0) -> DiskFull:
+    """The error for a write of `target` that found the disk full: its `need` (an estimate) if known, else at least
+    what was `written` before the disk filled, and the space free there now."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent)) / target.name
+    free = free_space(target)
+    needs = f"about {human(need)}" if need and need > written else f"more than {human(written)}"
+    return DiskFull(f"{target}: no space left on device: it needs {needs}, {human(free)} are free there; free some space "
+                    f"(or move the project to a larger disk) and run again")  # fmt: skip
+
+
+@contextmanager
+def atomic_path(target: str | Path, need: int | None = None) -> Iterator[Path]:
+    """Yield a temp path beside `target` (file or directory); move it into place only on success. A full disk
+    raises DiskFull (`need`: the caller's estimate of the bytes written), with the temp path removed."""
+    target = Path(target)
     try:
-        yield tmp
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent)) / target.name
+    except OSError as err:
+        if out_of_space(err):
+            raise disk_full(target, need) from None
+        raise
+    try:
+        try:
+            yield tmp
+        except Exception as err:
+            if not out_of_space(err, tmp.parent):
+                raise
+            written = size_of(tmp)
+            shutil.rmtree(tmp.parent, ignore_errors=True)
+            raise disk_full(target, need, written) from None
         if target.is_dir() and not target.is_symlink():
             old = target.with_name(f".{target.name}.old")
             shutil.rmtree(old, ignore_errors=True)

@@ -53,6 +53,9 @@ class CurveRecorder(NullTracker):
     def log_traces(self, episodes, session: str) -> None:
         self._inner.log_traces(episodes, session)
 
+    def trace_tags(self, key: str, value: str) -> list[dict[str, str]]:
+        return self._inner.trace_tags(key, value)
+
     def csv(self) -> str:
         keys = sorted({k for row in self.rows.values() for k in row})
         out = io.StringIO()

@@ -78,7 +78,7 @@ def test_overrides_are_validated(repo_root):
 BAD_VALUES = [
     ("train.lr", ".inf"), ("train.critic_lr", ".inf"), ("train.max_grad_norm", ".inf"),
     ("model.tiny.prime_lr", "-1"), ("model.tiny.prime_lr", ".nan"),
-    ("agent.reward.valid_call", ".nan"), ("agent.reward.supporting", ".inf"), ("train.entropy_coef", ".nan"),
+    ("agent.reward.valid_call", ".nan"), ("agent.reward.supporting", ".inf"), ("train.entropy_coef", ".nan"), ("train.entropy_coef", "-0.01"),
     ("retrieval.embedded.k1", ".inf"), ("retrieval.embedded.token_pattern", "("),
     ("retrieval.embedded.token_pattern", "''"), ("retrieval.embedded.token_pattern", "'\\w*'"),
     ("schedule.cron", "bad"), ("schedule.cron", "61 * * * *"), ("schedule.cron", "'* * * * * *'"),

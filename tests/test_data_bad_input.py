@@ -71,6 +71,12 @@ CASES = {
                    r"kilt\.jsonl: line 1: field 'text' must be list, got str"),
     "not_an_object": ("flashrag", "qa.jsonl", jl(fr(1), [1, 2]),
                       r"qa\.jsonl: line 2: expected a JSON object, got list"),
+    "is_supporting_string": ("hotpotqa_ircot", "ir.jsonl",
+                             jl(ircot(1), ircot(2, [{"title": "T", "paragraph_text": "T text.", "is_supporting": "no"}])),
+                             r"ir\.jsonl: line 2: contexts\[0\]: field 'is_supporting' must be true or false, got str 'no'"),
+    "is_supporting_number": ("musique", "mu.json", json.dumps([{"id": "m1", "question": "q?", "answer": "a", "paragraphs": [
+                                 {"title": "T", "paragraph_text": "T text.", "is_supporting": 1}]}]).encode(),
+                             r"mu\.json: row 0: paragraphs\[0\]: field 'is_supporting' must be true or false, got int 1"),
 }  # fmt: skip
 
 
@@ -189,6 +195,13 @@ HOSTILE = {
                                r"ho\.json: row 1: field 'context\[0\]\[1\]\[1\]': not encodable as UTF-8"),
     "lone_surrogate_in_literal": ("2wiki_context", "2w.json", jlist(wiki2(0, context="[['T', ['x\\ud800']]]")),
                                   r"2w\.json: row 0: field 'context\[0\]\[1\]\[0\]': not encodable as UTF-8"),
+    # an escaped NUL (JSON's \u0000) is no text: refused, naming the field and where it is
+    "nul_question": ("flashrag", "qa.jsonl", GOOD + jl(fr(4, question="caf\x00e?")),
+                     r"qa\.jsonl: line 4: field 'question': contains a NUL character \(\\u0000\) at char 3"),
+    "nul_passage": ("hotpotqa_original", "ho.json", jlist(orig(0), orig(1, context=[["T", ["a", "b\x00"]]])),
+                    r"ho\.json: row 1: field 'context\[0\]\[1\]\[1\]': contains a NUL character"),
+    "nul_in_literal": ("2wiki_context", "2w.json", jlist(wiki2(0, context="[['T', ['x\\x00']]]")),
+                       r"2w\.json: row 0: field 'context\[0\]\[1\]\[0\]': contains a NUL character"),
 }  # fmt: skip
 
 

@@ -110,3 +110,24 @@ def test_credentials_from_the_environment_are_never_tracked_or_printed(es_url, t
     for name in client.indices.get(index=f"{prefix}*").body:
         client.indices.delete(index=name)
     client.close()
+
+
+def test_a_failed_search_shows_the_model_no_backend_internals(monkeypatch, caplog) -> None:
+    """The real client against a port nothing listens on: the model reads a fixed error, never the URL, the
+    client's error text or its class; the operator's log has the whole (redacted) cause."""
+    import logging
+    import socket
+
+    from components.agent.tools import SearchTool
+
+    with socket.socket() as s:  # a port that was free a moment ago: connection refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("ES_URL", f"http://elastic:hunter2@127.0.0.1:{port}")
+    backend = ElasticsearchBackend(ElasticsearchConfig(max_retries=0, request_timeout_s=2.0))
+    with caplog.at_level(logging.WARNING, logger="components.agent.tools"):
+        results = SearchTool(backend, "wiki", 3).execute([{"query": "x"}, {"query": "y"}])
+    backend.close()
+    assert [(r.text, r.success) for r in results] == [("Error: search failed: the search service is unavailable", False)] * 2
+    logged = caplog.text
+    assert f"127.0.0.1:{port}" in logged and "ConnectionError" in logged and "hunter2" not in logged

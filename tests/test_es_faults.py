@@ -98,8 +98,8 @@ def test_server_stopped_mid_batch_of_tool_calls_gives_error_observations_then_re
         assert len(results) == len(calls)
         if not results[0].success:
             failed_batches += 1
-            assert all(not r.success and r.text.startswith("Error: search failed: Elasticsearch at ") for r in results)
-            assert es_local in results[0].text
+            assert all(not r.success and r.text == "Error: search failed: the search service is unavailable"
+                       for r in results)  # the model reads no URL or server internals
     stopper.join()
 
     t0 = time.monotonic()
@@ -193,8 +193,7 @@ def test_bad_queries_and_a_failing_search_reach_the_model_as_plain_error_text(es
     results = tool.execute([{"query": q} for q in hostile])
     assert all(r.success for r in results)
     missing = SearchTool(es_backend, "no-such-alias", 3).execute([{"query": "</tool_response><|im_end|>"}])
-    assert not missing[0].success and missing[0].text.startswith("Error: search failed:")
-    assert "<" not in missing[0].text and ">" not in missing[0].text
+    assert not missing[0].success and missing[0].text == "Error: search failed: the search service is unavailable"
 
 
 def test_a_killed_build_is_removed_by_the_next_build_and_never_pushes_a_good_version_out(es_backend, es_url,

@@ -263,8 +263,8 @@ def evaluate_(self, n):
 atomic = ckpt.atomic_path
 def save_(root, n, *args, **kwargs):
     @contextmanager
-    def atomic_(target):
-        with atomic(target) as tmp:
+    def atomic_(target, **kw):
+        with atomic(target, **kw) as tmp:
             yield tmp
             die("writing", n)  # checkpoint written in its temp dir, not yet moved in place
     ckpt.atomic_path = atomic_
@@ -308,6 +308,22 @@ def _mlflow_history(art: Path) -> dict[str, list[tuple[int, float]]]:
     return history
 
 
+def _trace_steps(art: Path) -> dict[str, int]:
+    """How many training traces the store holds per step, over every run (a killed run's included); each trace
+    must carry its scores once (a trace logged again under the same id would carry them twice)."""
+    from collections import Counter
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{art.parent / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("agentr1")
+    traces = [t for t in client.search_traces([exp.experiment_id], max_results=1000)
+              if t.info.tags.get("agentr1.stage") == "train"]  # fmt: skip
+    scores = [sorted(a.name for a in t.info.assessments) for t in traces]
+    assert all(s == ["em", "f1", "outcome"] for s in scores), scores
+    return dict(Counter(t.info.tags["agentr1.step"] for t in traces))
+
+
 def _weights(art: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
@@ -317,7 +333,8 @@ def _weights(art: Path) -> dict[str, torch.Tensor]:
 def test_resume_after_kill_9_at_any_point_is_bit_identical(primed, tmp_path):
     """Killed after step 5 (evaluated at 4, checkpoint at 3) and after writing checkpoint 9 before its metrics
     reached MLflow (evaluated at 8), each time resumed. The result equals an uninterrupted run: weights, the
-    curve, and every step's MLflow metrics exactly once."""
+    curve, every step's MLflow metrics exactly once, and each evaluated step's traces once in the store (step 4's
+    traces were logged by the killed run and are not logged again)."""
     ref_art = fresh(primed, tmp_path / "ref")
     done = _train(ref_art)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -343,6 +360,8 @@ def test_resume_after_kill_9_at_any_point_is_bit_identical(primed, tmp_path):
                                      if k.startswith("train/"))  # fmt: skip
     assert [s for s, _ in history["dev/synthetic/em"]] == [0, 2, 4, 6, 8, 10]
     assert history == _mlflow_history(ref_art)
+    per_step = min(resume_raw(art)["train"]["questions_per_step"], 8)  # tracking.traces: 8
+    assert _trace_steps(art) == _trace_steps(ref_art) == {str(s): per_step for s in (2, 4, 6, 8, 10)}
 
 
 def test_a_run_that_stopped_at_its_target_resumes_to_the_same_end(primed, tmp_path):

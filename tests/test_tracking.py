@@ -79,7 +79,8 @@ def test_champion_moves_only_on_a_win(mlflow_uri, tmp_path, capfd):
     assert champion.tags["evidence.eval_run"] in champion.description
     assert "Agent-R1" in client.get_registered_model(name).description
     evidence = {k for k in champion.tags if not k.startswith("champion.")}  # champion.*: the alias moves (promote)
-    assert evidence == {"em/synthetic/dev", "evidence.compared_to", "evidence.decision", "evidence.eval_run"}
+    assert evidence == {"em/synthetic/dev", "evidence.compared_to", "evidence.decision", "evidence.eval_run",
+                        "agentr1.registration"} and champion.tags["agentr1.registration"] == "complete"
     # every metric stays on the register run and on the logged model
     reg_run = client.get_run(champion.run_id)
     assert reg_run.data.metrics["em/hotpotqa/dev"] == 0.45 and reg_run.data.metrics["baseline/direct/em/synthetic/dev"] == 0.0
@@ -183,3 +184,123 @@ def test_traces_are_written_synchronously_unless_the_user_chose_async(tmp_path, 
     monkeypatch.setenv("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "true")
     apply_defaults(tmp_path)
     assert os.environ["MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"] == "true"
+
+
+KILLED_REGISTER = """
+import os, shutil, signal, sys
+from components.config import parse_config
+from components.registry import register
+from components.stages import run_stage
+
+def die():
+    print("KILLED", sys.argv[2], flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+if sys.argv[2] == "upload":  # the third file copied into the artifact store: the logged model is half written
+    copyfile, copied = shutil.copyfile, []
+    def copyfile_(src, dst, *args, **kwargs):
+        out = copyfile(src, dst, *args, **kwargs)
+        copied.extend([dst] if "mlartifacts" in str(dst) else [])
+        if len(copied) == 3:
+            die()
+        return out
+    shutil.copyfile = copyfile_
+else:  # "version": the version exists, its description and the complete tag are not yet written
+    register.about_model = lambda *args, **kwargs: die()
+run_stage("register", parse_config({"project": {"artifacts_dir": sys.argv[1]}}))
+"""
+
+
+def _killed_register(cfg, tmp_path, where: str) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}  # MLFLOW_TRACKING_URI: the test's store (mlflow_uri)
+    proc = subprocess.run([sys.executable, "-c", KILLED_REGISTER, str(cfg.artifacts), where], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=300)  # fmt: skip
+    assert proc.returncode == -9 and f"KILLED {where}" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_killed_registrations_are_cleaned_up_and_never_champion(mlflow_uri, tmp_path):
+    """register SIGKILLed while it uploads the model, and again right after the version is made: the champion stays,
+    the half-registered version cannot be promoted, and the next register run removes both leftovers."""
+    from mlflow.entities import LoggedModelStatus
+
+    from components.tracking.promote import PromotionError, promote
+    from components.tracking.registration import REGISTRATION_TAG, local_dir
+
+    cfg = _cfg(tmp_path)
+    client = mlflow.MlflowClient()
+    name = cfg.registry.model_name
+    train_and_eval(cfg, tmp_path, 0.5)
+    with stage_run(cfg, "register") as tracker:
+        register.run(cfg, tracker)
+    train_and_eval(cfg, tmp_path, 0.7)  # would win: a finished registration would move the alias
+
+    _killed_register(cfg, tmp_path, "upload")
+    exp = client.get_experiment_by_name(cfg.tracking.experiment).experiment_id
+    (partial,) = [m for m in client.search_logged_models([exp]) if m.status == LoggedModelStatus.PENDING]
+    partial_dir = local_dir(partial.artifact_location)
+    assert 0 < len([p for p in partial_dir.rglob("*") if p.is_file()]) < 10  # some of its files, not all
+    _killed_register(cfg, tmp_path, "version")  # that run first removed the half-uploaded model
+    (killed,) = client.search_runs([exp], f"tags.`{STAGE_TAG}` = 'register' and tags.recovered != ''")
+    assert f"logged model {partial.model_id} (PENDING): unfinished" in killed.data.tags["recovered"]
+    assert not partial_dir.parent.exists()
+    versions = {str(v.version): v for v in client.search_model_versions(f"name='{name}'")}
+    assert sorted(versions) == ["1", "2"] and versions["2"].tags[REGISTRATION_TAG] == "pending"
+    assert str(client.get_model_version_by_alias(name, "champion").version) == "1"
+    with pytest.raises(PromotionError, match="v2: its registration has not finished"):
+        promote(cfg, 2, "by hand")
+
+    train_and_eval(cfg, tmp_path, 0.9)
+    with stage_run(cfg, "register") as tracker:
+        out = register.run(cfg, tracker)
+    recovered = client.get_run(tracker.run_id).data.tags["recovered"]
+    assert f"{name} v2: its registration did not finish; deleted" in recovered
+    versions = {str(v.version): v for v in client.search_model_versions(f"name='{name}'")}
+    new = str(int(out["registered_version"]))
+    assert sorted(versions) == ["1", new] and versions[new].tags[REGISTRATION_TAG] == "complete"
+    assert str(client.get_model_version_by_alias(name, "champion").version) == new
+    assert all(m.status == LoggedModelStatus.READY for m in client.search_logged_models([exp]))
+
+    with stage_run(cfg, "register") as tracker:  # nothing left to recover
+        register.run(cfg, tracker)
+    assert "recovered" not in client.get_run(tracker.run_id).data.tags
+
+
+def test_a_model_stored_incomplete_is_not_registered(mlflow_uri, tmp_path, monkeypatch):
+    """The artifact store silently keeps half of the weights file (a fault injected: MLflow reports the model READY):
+    no version is made, the champion stays, and the incomplete logged model and its files are removed."""
+    import shutil
+
+    from mlflow.entities import LoggedModelStatus
+
+    from components.tracking.registration import RegistrationError
+
+    cfg = _cfg(tmp_path)
+    client = mlflow.MlflowClient()
+    name = cfg.registry.model_name
+    train_and_eval(cfg, tmp_path, 0.5)
+    with stage_run(cfg, "register") as tracker:
+        register.run(cfg, tracker)
+    train_and_eval(cfg, tmp_path, 0.9)
+    copyfile = shutil.copyfile
+
+    def truncating(src, dst, *args, **kwargs):
+        out = copyfile(src, dst, *args, **kwargs)
+        if "mlartifacts" in str(dst) and str(dst).endswith(".safetensors"):
+            os.truncate(dst, os.path.getsize(dst) // 2)
+        return out
+
+    monkeypatch.setattr(shutil, "copyfile", truncating)
+    with pytest.raises(RegistrationError, match=r"is incomplete, not registered: artifacts/model-0\.9/model\.safetensors \("):
+        with stage_run(cfg, "register") as tracker:
+            register.run(cfg, tracker)
+    monkeypatch.undo()
+    assert [str(v.version) for v in client.search_model_versions(f"name='{name}'")] == ["1"]
+    assert str(client.get_model_version_by_alias(name, "champion").version) == "1"
+    exp = client.get_experiment_by_name(cfg.tracking.experiment).experiment_id
+    models = client.search_logged_models([exp])
+    assert all(m.status == LoggedModelStatus.READY for m in models) and len(models) == 3  # 2 trained, 1 registered
+    assert sorted(p.name for p in (tmp_path / "mlartifacts" / "models").iterdir()) == sorted(m.model_id for m in models)

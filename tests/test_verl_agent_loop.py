@@ -183,7 +183,7 @@ def test_backend_failure_is_an_invalid_call_not_a_crash(setup):
     _, _, _, tok = setup
     _, out = episode(setup, [VALID, ANSWER], corpus="missing")
     text = tok.decode(out.response_ids)
-    assert tool_turn_head(tok) + "Error: search failed: index 'missing': no live version" in text
+    assert tool_turn_head(tok) + "Error: search failed: the search service is unavailable" in text
     assert [r for _, r in out.process_rewards] == pytest.approx([INVALID])
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -12,6 +13,11 @@ import jsonschema
 
 from components.agent.observation import error_observation, format_hits
 from components.retrieval.base import SearchBackend, SearchError
+
+log = logging.getLogger(__name__)
+# What the model reads when a search fails: never the backend's error (URLs, index names, server internals),
+# which goes to the log for the operator.
+SEARCH_FAILED = "search failed: the search service is unavailable"
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,8 @@ class SearchTool:
         try:
             hit_lists = self.backend.search(self.alias, queries, self.top_k)
         except SearchError as err:
-            return [ToolResult(error_observation(f"search failed: {err}"), False) for _ in calls]
+            log.warning("search of %r failed (%d calls): %s", self.alias, len(calls), err)
+            return [ToolResult(error_observation(SEARCH_FAILED), False) for _ in calls]
         results = []
         for hits in hit_lists:
             if not hits:

@@ -12,7 +12,7 @@ from components.data.schema import DataError, cut
 
 Row = tuple[str, dict[str, Any]]  # (where: "path: line 7" / "path: row 3", record)
 BOM = b"\xef\xbb\xbf"
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # JSON's only way to a lone surrogate
+_UNSTORABLE_ESCAPE = re.compile(r"\\u(?:[dD][89a-fA-F]|0000)")  # JSON's only ways to a lone surrogate or a NUL
 
 
 def _decode(path: Path, raw: bytes, line_offset: int = 0) -> str:
@@ -54,7 +54,7 @@ def read_jsonl(path: Path) -> Iterator[Row]:
             raise DataError(f"{where}: invalid JSON (truncated?): {err.msg} at column {err.colno}") from None
         except (RecursionError, ValueError) as err:
             raise DataError(f"{where}: invalid JSON: {_why(err)}") from None
-        if _SURROGATE_ESCAPE.search(text):
+        if _UNSTORABLE_ESCAPE.search(text):
             check_encodable(obj, where)
         yield where, _as_record(obj, where)
 
@@ -78,7 +78,7 @@ def read_json_list(path: Path) -> Iterator[Row]:
             raise DataError(f"{where} (line {err.lineno}): invalid JSON (truncated?): {err.msg}") from None
         except (RecursionError, ValueError) as err:
             raise DataError(f"{where} (line {text.count(chr(10), 0, start) + 1}): invalid JSON: {_why(err)}") from None
-        if _SURROGATE_ESCAPE.search(text, start, i):
+        if _UNSTORABLE_ESCAPE.search(text, start, i):
             check_encodable(obj, where)
         yield where, _as_record(obj, where)
         i = _skip_ws(text, i)
@@ -104,33 +104,40 @@ def _why(err: RecursionError | ValueError) -> str:
 
 
 def check_encodable(value: Any, where: str, path: str = "") -> None:
-    """Every string in `value` (keys included) is valid UTF-8 text: no lone surrogates, which Parquet cannot store."""
+    """Every string in `value` (keys included) is text: no lone surrogate (Parquet cannot store one) and no NUL
+    (the mark of a binary or corrupted export; no question, answer or passage holds one)."""
     try:
-        bad = _first_surrogate(value, path)
+        bad = _first_unstorable(value, path)
     except RecursionError:
         raise DataError(f"{where}: nested too deeply") from None
     if bad is not None:
-        at, err = bad
-        char = err.object[err.start]
-        raise DataError(f"{where}: field {cut(at)!r}: not encodable as UTF-8 (lone surrogate {char!r} at char {err.start})")
+        at, problem = bad
+        raise DataError(f"{where}: field {cut(at)!r}: {problem}")
 
 
-def _first_surrogate(value: Any, path: str) -> tuple[str, UnicodeEncodeError] | None:
+def _problem(text: str) -> str | None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return f"not encodable as UTF-8 (lone surrogate {err.object[err.start]!r} at char {err.start})"
+    if "\x00" in text:
+        return f"contains a NUL character (\\u0000) at char {text.index(chr(0))}; remove it from the file"
+    return None
+
+
+def _first_unstorable(value: Any, path: str) -> tuple[str, str] | None:
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as err:
-            return path, err
-        return None
+        problem = _problem(value)
+        return (path, problem) if problem else None
     if isinstance(value, dict):
         items = [(f"{path}.{k}" if path else str(k), k, v) for k, v in value.items()]
         for at, k, v in items:
-            found = _first_surrogate(k, at) or _first_surrogate(v, at)
+            found = _first_unstorable(k, at) or _first_unstorable(v, at)
             if found:
                 return found
     elif isinstance(value, (list, tuple)):
         for j, v in enumerate(value):
-            found = _first_surrogate(v, f"{path}[{j}]")
+            found = _first_unstorable(v, f"{path}[{j}]")
             if found:
                 return found
     return None
@@ -151,6 +158,8 @@ def need(row: dict[str, Any], key: str, where: str, kind: type | tuple[type, ...
         raise DataError(f"{where}: field {key!r} must be {_names(kind)}, got {type(value).__name__}")
     if isinstance(value, str) and not value.strip():
         raise DataError(f"{where}: field {key!r} is empty")
+    if isinstance(value, str) and "\x00" in value:  # JSON readers catch it earlier; this is for `datasets` rows
+        raise DataError(f"{where}: field {key!r}: {_problem(value)}")
     return value
 
 

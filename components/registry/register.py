@@ -4,6 +4,7 @@ the champion alias moves only on a win. Full evaluation metrics stay on the eval
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -11,13 +12,16 @@ from pathlib import Path
 from components import artifacts
 from components.config import Config
 from components.evaluation.report import flatten
-from components.io import write_json
+from components.io import disk_full, free_space, full_at, out_of_space, size_of, write_json
 from components.serving.agent import model_corpus
 from components.serving.pyfunc import about_model, log_agent_model
 from components.tracking.promote import move_champion
+from components.tracking.registration import (COMPLETE, PENDING, REGISTRATION_TAG, RegistrationError,
+                                              discard_logged_model, local_dir, missing_files, recover, registry_lock)  # fmt: skip
 from components.tracking.runs import STAGE_TAG, tracking_uri
 from components.tracking.tracker import NullTracker, file_digest, metric_key
 
+log = logging.getLogger(__name__)
 EVIDENCE = "evidence"  # tag prefix on the model version: compared_to, decision, eval_run
 
 
@@ -76,9 +80,60 @@ def run_link(cfg: Config, run) -> str:
     return f"{uri.rstrip('/')}/{route}" if uri.startswith(("http://", "https://")) else route
 
 
-def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
+def log_complete(cfg: Config, hf_dir: Path):
+    """Log the agent model and check that every file of `hf_dir` arrived whole; else remove what was written and
+    raise (DiskFull on a full disk). Returns the ModelInfo."""
+    import mlflow
+    from mlflow.entities import LoggedModelStatus
+
+    client = mlflow.MlflowClient()
+    before = _last_logged_model_id()
+    try:
+        info = log_agent_model(cfg, hf_dir, model_corpus(cfg))
+    except Exception as err:
+        failed = client.get_logged_model(_last_logged_model_id()) if _last_logged_model_id() != before else None
+        where = local_dir(failed.artifact_location) if failed is not None else None
+        if failed is not None and failed.status != LoggedModelStatus.READY:
+            discard_logged_model(client, failed)
+        if out_of_space(err, where):
+            raise disk_full(_full_dir(err, where), need=size_of(hf_dir)) from None
+        raise
+    expected = {f"artifacts/{hf_dir.name}/{p.relative_to(hf_dir).as_posix()}": p.stat().st_size
+                for p in sorted(hf_dir.rglob("*")) if p.is_file()}  # fmt: skip
+    missing = missing_files(client, info.model_id, expected | {"MLmodel": None})
+    if missing:
+        discard_logged_model(client, client.get_logged_model(info.model_id))
+        raise RegistrationError(f"logged model {info.model_id} is incomplete, not registered: {', '.join(missing[:5])}")
+    return info
+
+
+def _full_dir(err: BaseException, store: Path | None) -> Path | str:
+    """Where the model's write found the disk full: the artifact store, or the temp dir MLflow saves it in first
+    (the file the error names, else the one of the two with the least space free)."""
+    import tempfile
+
+    places = [p for p in (store, Path(tempfile.gettempdir())) if p is not None]
+    failed = full_at(err)
+    named = [p for p in places if failed is not None and Path(failed).is_relative_to(p)]
+    if named:
+        return named[0]
+    return min(places, key=free_space) if places else "the MLflow artifact store"
+
+
+def _last_logged_model_id() -> str | None:
+    """The id of the model this process logged last (MLflow keeps it even when the logging failed)."""
     import mlflow
     from mlflow.exceptions import MlflowException
+
+    try:
+        last = mlflow.last_logged_model()
+    except MlflowException:  # deleted since
+        return None
+    return last.model_id if last is not None else None
+
+
+def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
+    import mlflow
 
     reg = cfg.registry
     metrics_path = artifacts.require(cfg, artifacts.eval_metrics(cfg))
@@ -87,16 +142,30 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     if reg.metric not in eval_metrics:
         raise KeyError(f"registry.metric {reg.metric!r} not in {metrics_path} (have: {sorted(eval_metrics)[:20]})")
     trained = json.loads(model_path.read_text())
-    value = eval_metrics[reg.metric]
     hf_dir = Path(trained.get("path") or artifacts.trained_model(cfg))
-    info = log_agent_model(cfg, hf_dir, model_corpus(cfg))
+    client = mlflow.MlflowClient()
+    with registry_lock(tracking_uri(cfg)):  # one registration at a time: the champion decision sees the last one
+        exp = client.get_experiment_by_name(cfg.tracking.experiment)
+        cleaned = recover(client, exp.experiment_id if exp else None, reg.model_name)
+        for line in cleaned:
+            log.warning("register: %s", line)
+        if cleaned:
+            tracker.set_tags({"recovered": " | ".join(cleaned)[:5000]})
+        return _register(cfg, tracker, client, eval_metrics, trained, hf_dir)
+
+
+def _register(cfg: Config, tracker, client, eval_metrics: dict[str, float], trained: dict, hf_dir: Path) -> dict[str, float]:
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    reg = cfg.registry
+    value = eval_metrics[reg.metric]
+    info = log_complete(cfg, hf_dir)
     if tracker.run_id is not None:  # every metric on the register run and the logged model, none on the version
         mlflow.log_metrics({metric_key(k): v for k, v in eval_metrics.items()}, run_id=tracker.run_id, model_id=info.model_id)
 
-    client = mlflow.MlflowClient()
-    try:
-        client.get_registered_model(reg.model_name)
-        first = False
+    try:  # also a model whose first registration was killed before its description was written
+        first = not client.get_registered_model(reg.model_name).description
     except MlflowException:
         first = True  # register_model creates it (creating it here first made MLflow say it "already exists")
     try:
@@ -113,13 +182,15 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     compared = f"v{champion_version} {reg.metric}={champion_value:.6g}" if champion_value is not None else "no champion"
     evidence = {reg.metric: f"{value:.6g}", f"{EVIDENCE}.compared_to": compared, f"{EVIDENCE}.decision": reason,
                 f"{EVIDENCE}.eval_run": run_link(cfg, eval_run) if eval_run else "not found"}  # fmt: skip
-    mv = mlflow.register_model(info.model_uri, reg.model_name, tags=evidence | _lineage(cfg))
+    # pending until its description is written too: a kill before then leaves a version the next run deletes
+    mv = mlflow.register_model(info.model_uri, reg.model_name, tags=evidence | _lineage(cfg) | {REGISTRATION_TAG: PENDING})
     if first:
         client.update_registered_model(reg.model_name, description="agentr1 search agent (Agent-R1 end-to-end RL)")
     link = f"[evaluation run]({evidence[f'{EVIDENCE}.eval_run']})" if eval_run else "evaluation run not found"
     about = about_model(cfg, hf_dir)  # the model, its world, its training data
     client.update_model_version(reg.model_name, mv.version,
                                 f"{about}.\n\n{reason}. {link}; all metrics on that run and on this logged model.")  # fmt: skip
+    client.set_model_version_tag(reg.model_name, mv.version, REGISTRATION_TAG, COMPLETE)
     if promoted:  # recorded like a manual promotion, so `agentr1 rollback` can undo it
         move_champion(client, cfg, str(mv.version), "register", reason)
 

@@ -34,7 +34,7 @@ import scipy.sparse as sp
 
 from components.config import EmbeddedConfig
 from components.data.schema import Passage
-from components.io import atomic_path, exclusive, write_json, write_text
+from components.io import atomic_path, exclusive, size_of, write_json, write_text
 from components.retrieval.base import Hit, IndexVersion, Progress, SearchError, corpus_hash
 
 _ALIAS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -145,7 +145,8 @@ class EmbeddedBackend:
             meta = self._meta(vdir)
             created = meta is None or meta.get("settings") != self._settings()
             if created:
-                with atomic_path(vdir) as tmp:
+                live = self.live_version(alias)  # its size: about what a new version of the corpus needs
+                with atomic_path(vdir, need=size_of(adir / live) if live else None) as tmp:
                     self._write_version(tmp, alias, version, passages, progress or _ignore)
             elif progress is not None:
                 progress(len(passages))

@@ -16,6 +16,7 @@ import random
 import re
 import shutil
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 
 from components.io import atomic_path, exclusive
+from components.rollout.traces import LINEAGE_TAG, EpisodeTrace, trace_key
 
 _DIR = re.compile(r"^step-(\d{8})$")
 STATE = "state.json"
@@ -100,22 +102,30 @@ def save(root: Path, step: int, modules: dict[str, torch.nn.Module], optimizers:
             if not torch.isfinite(p).all():
                 raise NonFiniteCheckpoint(f"{name}.{pname} has non-finite values at step {step}")
     target = root / f"step-{step:08d}"
-    with exclusive(root), atomic_path(target) as tmp:  # exclusive: first removes temps of killed writes
+    blob = {"modules": {k: m.state_dict() for k, m in modules.items()},
+            "optimizers": {k: o.state_dict() for k, o in optimizers.items()}, "rng": rng_state()}  # fmt: skip
+    # exclusive: first removes temps of killed writes; a full disk leaves the previous checkpoints as they were
+    with exclusive(root), atomic_path(target, need=_nbytes(blob)) as tmp:
         tmp.mkdir()
-        torch.save(
-            {
-                "modules": {k: m.state_dict() for k, m in modules.items()},
-                "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
-                "rng": rng_state(),
-            },
-            tmp / WEIGHTS,
-        )
+        with open(tmp / WEIGHTS, "wb") as f:  # a file object: torch's error on a full disk keeps the OSError
+            torch.save(blob, f)
         (tmp / STATE).write_text(json.dumps({"step": step, **state}, indent=1), encoding="utf-8")
         (tmp / SUMS).write_text("".join(f"{_sha256(tmp / n)}  {n}\n" for n in (WEIGHTS, STATE)), encoding="utf-8")
     others = sorted(d for d in root.iterdir() if _DIR.match(d.name) and d != target)
     for old in others[: max(0, len(others) - (keep - 1))]:
         shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def _nbytes(obj: Any) -> int:
+    """Bytes of the tensors in a nested state: about what torch.save writes."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(v) for v in obj)
+    return 0
 
 
 def load_latest(root: Path, modules: dict[str, torch.nn.Module],
@@ -167,6 +177,8 @@ class TrainLog:
 
     A step's metrics reach the tracker only after a checkpoint holds them; a resumed run first re-logs the
     checkpoint's curve. So the tracker's run holds every step exactly once, whatever point a kill -9 hit.
+    A step's traces are logged when it runs, tagged with the training's lineage (its first run's id, carried by the
+    checkpoints); a resumed run skips those its lineage logged already, so the store holds each step's once.
     """
 
     def __init__(self, root: Path, modules: dict[str, torch.nn.Module], optimizers: dict[str, torch.optim.Optimizer],
@@ -176,15 +188,30 @@ class TrainLog:
         self.curve: list[tuple[int, dict[str, Any]]] = []  # checkpointed
         self.pending: list[tuple[int, dict[str, Any]]] = []  # not yet checkpointed (nor logged)
         self.history: dict[str, Any] = {"best_em": None, "steps_to_target": None}
+        self.lineage: str | None = tracker.run_id
+        self.logged: set[str] | None = set()  # trace keys the lineage logged; None until read from the store
 
     def resume(self) -> int:
         """Load the latest usable checkpoint into the modules and optimizers; the step to start from."""
         state = load_latest(self.root, self.modules, self.optimizers)
         if state is not None:
             self.start, self.curve, self.history = state["step"], state["curve"], state["history"]
+            self.lineage, self.logged = state.get("lineage") or state["run_id"] or self.lineage, None
             flush(self.tracker, self.curve)
             self.tracker.set_tags({"resumed_from_step": str(self.start), "resumed_from_run": str(state["run_id"])})
         return self.start
+
+    def log_traces(self, n: int, episodes: list[EpisodeTrace]) -> None:
+        """Step n's episodes as traces, but for those this training's runs logged already (before a kill)."""
+        if not episodes:
+            return
+        if self.logged is None:
+            self.logged = {trace_key(t) for t in self.tracker.trace_tags(LINEAGE_TAG, self.lineage)} if self.lineage else set()
+        tags = {LINEAGE_TAG: self.lineage} if self.lineage else {}
+        new = [replace(e, tags={**e.tags, **tags}) for e in episodes if trace_key(e.tags) not in self.logged]
+        if new:
+            self.tracker.log_traces(new, f"train/step {n}")
+            self.logged |= {trace_key(e.tags) for e in new}
 
     def dev_em(self, n: int, em: float | None, target: float | None) -> None:
         """Note held-out dev EM after step n: the best so far, and the first step that reached `target`."""
@@ -210,7 +237,7 @@ class TrainLog:
         """Save step n with the curve so far, then log the steps it newly holds."""
         self.curve += self.pending
         save(self.root, n, self.modules, self.optimizers,
-             {"run_id": self.tracker.run_id, "history": self.history, "curve": self.curve})  # fmt: skip
+             {"run_id": self.tracker.run_id, "lineage": self.lineage, "history": self.history, "curve": self.curve})  # fmt: skip
         flush(self.tracker, self.pending)
         self.pending = []
 

@@ -38,7 +38,7 @@ from components.rollout.chat import ChatFormat
 from components.rollout.content import content_entropy
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.evaluate import episode_prompts, evaluate_agent, make_env, summarize, transcript
-from components.rollout.traces import log_train_traces
+from components.rollout.traces import train_traces
 
 SYNTHETIC, COUNTERFACTUAL = "synthetic", "synthetic_cf"
 
@@ -311,7 +311,7 @@ def run(cfg: Config, tracker) -> dict[str, float]:
         if tc.eval_every and (n % tc.eval_every == 0 or n == tc.steps):
             final_eval = trainer.evaluate(n)
             metrics.update(final_eval)
-            log_train_traces(tracker, cfg, trajs, n)  # a few of this step's episodes as MLflow traces
+            log.log_traces(n, train_traces(cfg, trajs, n))  # a few of this step's episodes as MLflow traces
             log.dev_em(n, final_eval.get(target_key), tc.target_em)
         if n % tc.log_trajectories_every == 0 or n == 1:
             text = "\n\n".join(transcript(t, trainer.chat) for t in trajs[:: tc.group_size][:4])

@@ -35,9 +35,17 @@ def from_trajectory(t, **tags: str) -> EpisodeTrace:
                         ep.outcome, sum(ep.process_rewards), episode_steps(t), dict(tags))  # fmt: skip
 
 
-def log_train_traces(tracker, cfg, trajs: Sequence, step: int) -> None:
-    """A few of a training step's episodes (one per group), as traces of the train run."""
-    n = cfg.tracking.traces
-    if n:
-        sample = list(trajs)[:: max(1, cfg.train.group_size)][:n]
-        tracker.log_traces([from_trajectory(t, **{"agentr1.step": str(step)}) for t in sample], f"train/step {step}")
+STEP_TAG, EPISODE_TAG = "agentr1.step", "agentr1.episode"
+LINEAGE_TAG = "agentr1.train_lineage"  # the first run of a training and every run resumed from it
+
+
+def train_traces(cfg, trajs: Sequence, step: int) -> list[EpisodeTrace]:
+    """A few of a training step's episodes (one per group), to be logged as traces of the train run; each tagged
+    with its step and its place in the sample, so a resumed run can tell which were logged already."""
+    sample = list(trajs)[:: max(1, cfg.train.group_size)][: cfg.tracking.traces]
+    return [from_trajectory(t, **{STEP_TAG: str(step), EPISODE_TAG: str(i)}) for i, t in enumerate(sample)]
+
+
+def trace_key(tags: dict[str, str]) -> str:
+    """`step:episode` of a training trace (its tags), '' for any other trace."""
+    return f"{tags[STEP_TAG]}:{tags[EPISODE_TAG]}" if STEP_TAG in tags and EPISODE_TAG in tags else ""

@@ -5,6 +5,7 @@ components.rollout.traces.EpisodeTrace records (plain data)."""
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Sequence
 
@@ -13,6 +14,18 @@ SOURCE_ID = "agentr1.rewards"
 
 def write_traces(episodes: Sequence, experiment_id: str, session: str, stage: str) -> list[str]:
     """Log the traces into `experiment_id` (linked to the active run, if any); returns their trace ids."""
+    state = random.getstate()
+    # OpenTelemetry draws trace and span ids from `random`, whose state a resumed training restored from its
+    # checkpoint: fresh entropy instead, else a resumed run reuses (overwrites) the killed run's trace ids. The
+    # training's own state is put back, so logging traces never changes what it draws.
+    random.seed()
+    try:
+        return _write(episodes, experiment_id, session, stage)
+    finally:
+        random.setstate(state)
+
+
+def _write(episodes: Sequence, experiment_id: str, session: str, stage: str) -> list[str]:
     import mlflow
     from mlflow.entities import AssessmentSource, SpanType
 

@@ -31,6 +31,10 @@ class NullTracker:
     def log_traces(self, episodes, session: str) -> None:
         """Episodes (components.tracking.traces.EpisodeTrace) as MLflow traces of this run."""
 
+    def trace_tags(self, key: str, value: str) -> list[dict[str, str]]:
+        """The tags of every trace in this run's experiment that has tag `key` = `value`."""
+        return []
+
 
 Tracker = NullTracker  # the interface; MlflowTracker implements the same methods
 
@@ -104,6 +108,17 @@ class MlflowTracker(NullTracker):
             self._require_active()  # traces link to the active run
             run = self._client.get_run(self.run_id)
             write_traces(episodes, run.info.experiment_id, session, run.data.tags.get("agentr1.stage", ""))
+
+    def trace_tags(self, key: str, value: str) -> list[dict[str, str]]:
+        experiment_id = self._client.get_run(self.run_id).info.experiment_id
+        found, token = [], None
+        while True:
+            page = self._client.search_traces([experiment_id], filter_string=f"tags.`{key}` = '{value}'",
+                                              include_spans=False, max_results=500, page_token=token)  # fmt: skip
+            found += [dict(t.info.tags) for t in page]
+            token = page.token
+            if not token:
+                return found
 
 
 def _local_source(path: Path):

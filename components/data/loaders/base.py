@@ -55,7 +55,10 @@ def add_paragraphs(table: PassageTable, spec: DatasetSpec, row: dict, field: str
         if not isinstance(par, dict):
             raise DataError(f"{at}: expected an object")
         pid = table.add(spec.name, need(par, "title", at), need(par, "paragraph_text", at))
-        if par.get("is_supporting"):
+        flag = par.get("is_supporting", False)  # absent: not supporting
+        if not isinstance(flag, bool):  # the string "no" would read as true
+            raise DataError(f"{at}: field 'is_supporting' must be true or false, got {type(flag).__name__} {_show(flag)}")
+        if flag:
             supporting.append(pid)
     return supporting
 
