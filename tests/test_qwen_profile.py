@@ -16,7 +16,7 @@ from components.config import ConfigError, load_config, parse_config
 from components.data.schema import Passage, Question
 from components.retrieval.embedded import EmbeddedBackend
 from components.rollout.chat import ChatFormat
-from components.rollout.evaluate import _naive_rag_prompts, make_env
+from components.rollout.evaluate import make_env, searched_prompts
 from tests.conftest import ROOT
 from tests.real_tokenizer import qwen_tokenizer
 
@@ -90,9 +90,9 @@ def test_naive_rag_shows_passages_in_the_question_turn(chat, tok, qwen_cfg, tmp_
     env = make_env(backend, [Q], qwen_cfg.agent, 2, chat)
     obs = env.toolsets["w"]["search"].execute([{"query": Q.question}])[0].text
     assert obs == format_hits(backend.search("w", [Q.question], 2)[0], chat.cutter(128))
-    in_turn = tok.decode(_naive_rag_prompts([Q], chat, env, "question_turn")[0])
+    in_turn = tok.decode(searched_prompts([Q], chat, env, "question_turn")[0])
     assert in_turn.endswith(f"<|im_start|>user\nSearch results:\n{obs}\n\nQuestion: {Q.question}<|im_end|>\n"
                             "<|im_start|>assistant\n")  # fmt: skip
-    as_call = tok.decode(_naive_rag_prompts([Q], chat, env, "tool_response")[0])
+    as_call = tok.decode(searched_prompts([Q], chat, env, "tool_response")[0])
     assert as_call.endswith(render_tool_turn(tok, obs)) and "<tool_call>" in as_call.split("<|im_start|>assistant\n")[1]
     backend.close()

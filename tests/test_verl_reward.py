@@ -42,7 +42,7 @@ def score(manager, response: str, answers: list[str]) -> dict:
 def test_manager_uses_our_compute_score_with_params_kwargs(manager):
     raw_fn, kwargs = manager[0].compute_score.args  # verl's partial(_call_with_kwargs, raw_fn, reward_kwargs)
     assert raw_fn.__name__ == "compute_score" and raw_fn.__code__.co_filename.endswith("verl_backend/reward.py")
-    assert kwargs == {"answer_metric": "em", "format_penalty": REWARD["format_penalty"]}
+    assert kwargs == {"answer_metric": "em", "answer_format": 0.0, "format_penalty": REWARD["format_penalty"]}
 
 
 def test_correct_answer_after_a_search(manager):

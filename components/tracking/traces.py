@@ -53,7 +53,8 @@ def _write(episodes: Sequence, experiment_id: str, session: str, stage: str) -> 
             else:
                 span = mlflow.start_span_no_context(
                     s["name"], span_type=SpanType.TOOL, parent_span=root, inputs={"query": s["query"]},
-                    start_time_ns=a, attributes={"hits": len(s["hits"]), "ok": s["ok"], "latency_s": (b - a) / 1e9},
+                    start_time_ns=a, attributes={"hits": len(s["hits"]), "ok": s["ok"], "latency_s": (b - a) / 1e9,
+                                "forced": s.get("forced", False)},  # forced: the environment's search, in the prompt
                 )  # fmt: skip
                 span.end(outputs={"hits": s["hits"], "observation": s["text"]}, end_time_ns=b)
                 previous = {"role": "tool", "content": s["text"]}
