@@ -178,3 +178,14 @@ def test_a_second_ask_skips_the_registry_while_the_store_is_unchanged(project, t
     v2 = register_champion(cfg, PRIMED)
     moved, imported = ask_cli()
     assert moved.startswith(f"model {NAME} v{v2}:") and imported
+
+
+def test_the_description_says_a_run_that_stops_at_its_target_may_stop_early():
+    from components.config import load_config
+    from components.serving.about import describe
+
+    cfg = load_config(Path(__file__).parents[1] / "params.yaml", {"train.steps": 150, "train.target_em": 0.9,
+                                                                  "train.stop_at_target": True})  # fmt: skip
+    assert "grpo RL (local, at most 150 steps, stopping once dev EM reaches 0.9)" in describe(cfg, 540_000, 841)
+    fixed = load_config(Path(__file__).parents[1] / "params.yaml", {"train.steps": 150, "train.stop_at_target": False})
+    assert "grpo RL (local, 150 steps)" in describe(fixed, 540_000, 841)

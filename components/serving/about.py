@@ -44,5 +44,8 @@ def describe(cfg: Config, weights: int, vocab: int) -> str:
         world = f"the '{corpus}' corpus of Wikipedia passages"
     t = cfg.train
     before = "format priming, then " if name == "tiny" else "a format warm-up, then " if cfg.model.warmup_steps else ""
-    trained = f"{before}{t.algorithm} RL ({t.backend}, {t.steps} steps) on the train questions of {', '.join(t.datasets)}"
+    steps = f"{t.steps} steps"
+    if t.stop_at_target and t.target_em:
+        steps = f"at most {steps}, stopping once dev EM reaches {t.target_em}"
+    trained = f"{before}{t.algorithm} RL ({t.backend}, {steps}) on the train questions of {', '.join(t.datasets)}"
     return f"{model}; world: {world}; trained: {trained}"
