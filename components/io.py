@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -64,6 +65,15 @@ def free_space(path: str | Path) -> int:
     path = Path(path)
     where = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
     return shutil.disk_usage(where).free
+
+
+def sha256_of(path: str | Path) -> str:
+    """A file's SHA-256, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def size_of(path: str | Path) -> int:

@@ -8,7 +8,8 @@ import pytest
 
 from components.config import ConfigError, ModelConfig, parse_config
 from components.model import base_model
-from components.model.source import SOURCE_FILE, ModelSourceError, materialise, resolve_source, sha256_of
+from components.io import sha256_of
+from components.model.source import SOURCE_FILE, ModelSourceError, materialise, resolve_source
 from components.tracking.tracker import NullTracker
 from tests.tiny_hf import save_tiny_hf_model
 

@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 from components.config import ModelConfig, ModelPart
-from components.io import atomic_path, exclusive
+from components.io import atomic_path, exclusive, sha256_of
 
 WHEELS = "wheels"  # under model.cache_dir
 GGUF_MAGIC = b"GGUF"
@@ -36,14 +36,6 @@ def say(message: str) -> None:
 
 def wheel_dir(mc: ModelConfig) -> Path:
     return Path(mc.cache_dir) / WHEELS
-
-
-def sha256_of(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _key(i: int) -> str:

@@ -23,7 +23,8 @@ from typing import Literal
 from components.agent.prompts import assistant_turn_suffix
 from components.config import ModelConfig
 from components.io import atomic_path, exclusive
-from components.model.parts import PartError, join, say, sha256_of
+from components.io import sha256_of
+from components.model.parts import PartError, join, say
 
 SOURCE_FILE = "source.json"  # written beside the weights: where they came from
 

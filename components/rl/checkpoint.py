@@ -9,7 +9,6 @@ for the one before it, so two are kept.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import random
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from components.io import atomic_path, exclusive
+from components.io import atomic_path, exclusive, sha256_of
 from components.rollout.traces import LINEAGE_TAG, EpisodeTrace, trace_key
 
 _DIR = re.compile(r"^step-(\d{8})$")
@@ -53,14 +52,6 @@ def latest(root: Path) -> Path | None:
     return done[0] if done else None
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def verify(path: Path) -> str | None:
     """None if every file matches SHA256SUMS, else what is wrong (naming the file)."""
     try:
@@ -71,7 +62,7 @@ def verify(path: Path) -> str | None:
         if name not in sums:
             return f"{path / SUMS}: no digest for {name}"
         try:
-            if _sha256(path / name) != sums[name]:
+            if sha256_of(path / name) != sums[name]:
                 return f"{path / name}: SHA-256 does not match {SUMS} (damaged)"
         except OSError as err:
             return f"{path / name}: unreadable ({err})"
@@ -110,7 +101,7 @@ def save(root: Path, step: int, modules: dict[str, torch.nn.Module], optimizers:
         with open(tmp / WEIGHTS, "wb") as f:  # a file object: torch's error on a full disk keeps the OSError
             torch.save(blob, f)
         (tmp / STATE).write_text(json.dumps({"step": step, **state}, indent=1), encoding="utf-8")
-        (tmp / SUMS).write_text("".join(f"{_sha256(tmp / n)}  {n}\n" for n in (WEIGHTS, STATE)), encoding="utf-8")
+        (tmp / SUMS).write_text("".join(f"{sha256_of(tmp / n)}  {n}\n" for n in (WEIGHTS, STATE)), encoding="utf-8")
     others = sorted(d for d in root.iterdir() if _DIR.match(d.name) and d != target)
     for old in others[: max(0, len(others) - (keep - 1))]:
         shutil.rmtree(old, ignore_errors=True)
