@@ -14,6 +14,7 @@ import typer
 import yaml
 from rich.console import Console
 
+from components.config import read_yaml
 from components.env import apply_defaults
 from components.stages import STAGES
 
@@ -33,7 +34,7 @@ def _overrides(pairs: list[str] | None) -> dict:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise typer.BadParameter(f"--set expects key=value, got {pair!r}")
-        out[key] = yaml.safe_load(value)
+        out[key] = read_yaml(value)
     return out
 
 

@@ -334,6 +334,10 @@ class ModelConfig(Section):
     warmup_batch_size: int = Field(default=8, ge=1)
     warmup_micro_batch_size: int = Field(default=4, ge=1)
     warmup_questions: int = Field(default=256, ge=1, description="train questions the transcripts are made from")
+    warmup_content: Literal["masked", "drawn"] = Field(
+        default="masked", description="masked: only format tokens are targets; drawn: the later queries' and the "
+        "answer's text are targets too, each a name drawn from the transcript's own results (which never hold a gold)",
+    )  # fmt: skip
     warmup_probe_every: int = Field(default=4, ge=1, description="steps between probes (sampled episodes)")
     warmup_probe_questions: int = Field(default=16, ge=1, description="held-out train questions a probe samples")
     warmup_probe_samples: int = Field(default=2, ge=1, description="episodes per probe question")
@@ -607,10 +611,27 @@ def parse_config(raw: dict[str, Any], source: str = "params.yaml") -> Config:
         raise ConfigError(_describe(err, source)) from None
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML with 1.2's floats: `1e-5` is a number (PyYAML's 1.1 rules read it as a string)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+"
+               r"|\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),  # fmt: skip
+    list("-+0123456789."),
+)
+
+
+def read_yaml(text: str) -> Any:
+    """YAML text as Python values; every params file and `-S` value goes through here."""
+    return yaml.load(text, Loader=_Loader)
+
+
 def _read_mapping(path: Path, missing: str) -> dict[str, Any]:
     """A YAML file whose top level is a mapping; `missing` is the message when the file does not exist."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = read_yaml(path.read_text(encoding="utf-8")) or {}
     except FileNotFoundError:
         raise ConfigError(missing) from None
     except (yaml.YAMLError, UnicodeDecodeError) as err:
@@ -635,9 +656,16 @@ def load_config(path: str | Path = "params.yaml", overrides: dict[str, Any] | No
 PROFILES_DIR = "profiles"
 
 
-def apply_profile(raw: dict[str, Any], profile_path: Path) -> dict[str, Any]:
-    """params.yaml with a profile's keys laid over it (the profile wins; lists are replaced whole)."""
+def apply_profile(raw: dict[str, Any], profile_path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """params.yaml with a profile's keys laid over it (the profile wins; lists are replaced whole). A profile's
+    `extends: <name>` lays that profile first."""
     overlay = _read_mapping(profile_path, f"profile: {profile_path} not found (profiles are files in {PROFILES_DIR}/)")
+    base = overlay.pop("extends", None)
+    if base is not None:
+        parent = profile_path.parent / f"{base}.yaml"
+        if parent in _seen + (profile_path,):
+            raise ConfigError(f"{profile_path}: extends: {base} makes a cycle")
+        raw = apply_profile(raw, parent, _seen + (profile_path,))
 
     def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
         out = dict(base)

@@ -1,3 +1,5 @@
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,29 @@ def test_real_profile_lays_its_keys_over_params(repo_root):
     assert real.data.datasets == tiny.data.datasets and not real.data.synthetic.enabled  # untouched keys stay
     assert [s.dataset for s in real.evaluate.sets] == ["hotpotqa", "2wiki", "musique"]  # lists are replaced whole
     assert real.train.algorithm == tiny.train.algorithm
+
+
+def test_a_profile_extends_another(repo_root, tmp_path):
+    """profiles/real_synthetic.yaml lays profiles/real.yaml first, then its own keys; a cycle is refused."""
+    real = load_config(repo_root / "params.yaml", {"profile": "real"})
+    world = load_config(repo_root / "params.yaml", {"profile": "real_synthetic"})
+    assert world.model.package == real.model.package and world.train.trainable_layers == real.train.trainable_layers
+    assert world.data.synthetic.enabled and world.train.datasets == ["synthetic"] and world.agent.force_first_search
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "params.yaml").write_text("profile: a\n")
+    (tmp_path / "profiles" / "a.yaml").write_text("extends: b\n")
+    (tmp_path / "profiles" / "b.yaml").write_text("extends: a\n")
+    with pytest.raises(ConfigError, match=r"extends: a makes a cycle"):
+        load_config(tmp_path / "params.yaml")
+
+
+def test_scientific_notation_is_a_number(repo_root, tmp_path):
+    """`1e-5` is a float in params files and -S values (YAML 1.2), not the string PyYAML's 1.1 rules make of it."""
+    (tmp_path / "params.yaml").write_text((repo_root / "params.yaml").read_text().replace("lr: 0.001 ", "lr: 1e-3 "))
+    assert load_config(tmp_path / "params.yaml").train.lr == 1e-3
+    proc = subprocess.run([sys.executable, "-m", "components.cli", "validate-params", "-S", "train.lr=1e-5"],
+                          cwd=repo_root, capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0 and "lr: 1.0e-05" in proc.stdout, proc.stderr
 
 
 def test_unknown_profile_names_the_file(tmp_path):
