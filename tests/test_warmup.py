@@ -63,10 +63,13 @@ def _runs(ids: list[int], targets: list[int]) -> list[list[int]]:
     return runs + ([cur] if cur else [])
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["searching", "forced_first_search"])
+@pytest.fixture(scope="module", params=[(False, "masked"), (True, "masked"), (True, "drawn")],
+                ids=["searching", "forced_first_search", "drawn_content"])  # fmt: skip
 def made(request, shipped):
     cfg, train, backend, titles, tok = shipped
-    cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"force_first_search": request.param})})
+    forced, content = request.param
+    cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"force_first_search": forced}),
+                                 "model": cfg.model.model_copy(update={"warmup_content": content})})  # fmt: skip
     chat = ChatFormat.for_agent(tok, cfg.agent)
     return cfg, chat, train, warmup.transcripts(train, backend, chat, cfg, titles, random.Random(0))
 
@@ -99,6 +102,8 @@ def test_only_format_tokens_are_targets(made):
     """Every run of target tokens is part of the call scaffold, the question as a first query, the answer tags,
     or an end of turn; the transcript's first tokens (the prompt) and all observations are not targets."""
     cfg, chat, _, made_ = made
+    if cfg.model.warmup_content == "drawn":
+        pytest.skip("drawn content is taught: test_drawn_content_is_names_from_the_results")
     for t in made_:
         q, seq = t.question, t.seq
         allowed = call_text(q.question) + IM_END, '{"query": "', '"}}</tool_call>' + IM_END, ANSWER_OPEN, ANSWER_CLOSE + IM_END
@@ -113,6 +118,31 @@ def test_only_format_tokens_are_targets(made):
         last = [p for p in t.content if all(k in t.content for k in range(p, max(t.content) + 1))]  # the last run
         text = chat.tok.decode(seq.ids)
         assert chat.tok.decode([seq.ids[p] for p in last]) == text[text.rindex(ANSWER_OPEN) + 8 : text.rindex(ANSWER_CLOSE)]
+
+
+def test_drawn_content_is_names_from_the_results(made):
+    """With drawn content every token the model writes is a target; each later query is a name shown in an
+    earlier result plus a word of the question, and the answer is a name the last result shows, not one the
+    question holds."""
+    cfg, chat, _, made_ = made
+    if cfg.model.warmup_content != "drawn":
+        pytest.skip("masked content: test_only_format_tokens_are_targets")
+    calls = 0
+    for t in made_:
+        q, seq = t.question, t.seq
+        prompt = len(chat.prompt_ids(q.question))
+        assert t.content and all(seq.targets[i] for i in t.content) and min(t.content) >= prompt
+        text = html.unescape(chat.tok.decode(seq.ids))
+        results = text.split("<tool_response>")[1:]
+        words = set(warmup.keywords(q.question))
+        for quoted in re.findall(r'"query": ("(?:[^"\\]|\\.)*")}}</tool_call>', text)[2:]:  # after the prompt's and the forced one
+            name, word = json.loads(quoted).rsplit(" ", 1)
+            query = f"{name} {word}"
+            assert word in words and any(_named(r, name) for r in results), (q.id, query)
+            calls += 1
+        answer = text[text.rindex(ANSWER_OPEN) + len(ANSWER_OPEN) : text.rindex(ANSWER_CLOSE)]
+        assert _named(results[-1], answer) and not _named(q.question, answer), (q.id, answer)
+    assert calls >= len(made_) // 2
 
 
 def test_transcripts_have_one_to_max_turns_minus_one_searches(made):

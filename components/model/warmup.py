@@ -5,7 +5,9 @@ environment's own first search, `agent.force_first_search`) with their results, 
 tokens are targets: the tags, the tool-call JSON scaffold and each turn's end-of-turn token. The answer's content
 and the content of every query but the question itself are not (target 0): the transcripts carry no preference
 for any answer or query. The first query is the question; later queries and the answer are names drawn from the
-results shown so far.
+results shown so far (the answer from the last results, never a name the question holds). With
+`model.warmup_content: drawn` that drawn text is taught too, and each later query is a
+drawn name plus a word of the question: the transcripts teach copying a name from the results, never which one.
 
 No transcript shows a gold answer or a gold supporting passage's title, except the names the question itself
 contains: the results shown are the top hits that are not supporting passages and mention none of those strings.
@@ -42,6 +44,10 @@ from components.rollout.content import content_entropy
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.evaluate import episode_prompts, make_env, transcript
 
+FUNCTION_WORDS = frozenset(
+    "a an the of in on at to for by with from and or is was are were be been who whom whose what which when where "
+    "why how did does do has have had that this these those it its as".split()
+)
 CANDIDATES = 4  # hits fetched per shown hit, so that top_k clean ones remain after the gold filter
 _NAME = re.compile(r"[A-Z][\w-]*(?:[ '][A-Z][\w-]*)*")  # a capitalised name in a passage (no possessive 's)
 
@@ -72,10 +78,17 @@ def clean_hits(hits: Sequence[Hit], q: Question, banned: Sequence[str], k: int) 
     return [h for h in hits if h.id not in q.supporting_ids and not mentions(f"{h.title} {h.text}", banned)][:k]
 
 
-def names_in(hits: Sequence[Hit], banned: Sequence[str]) -> list[str]:
-    """Titles and capitalised names of the hits, in order of appearance, none of them banned."""
-    found = [h.title for h in hits] + [m.group() for h in hits for m in _NAME.finditer(h.text)]
+def names_in(hits: Sequence[Hit], banned: Sequence[str], cut: Callable[[str], str] | None = None) -> list[str]:
+    """Titles and capitalised names of the hits as shown (`cut`: each text's cut), in order, none of them banned."""
+    texts = [cut(h.text) if cut else h.text for h in hits]
+    found = [h.title for h in hits] + [m.group() for t in texts for m in _NAME.finditer(t)]
     return [n for n in dict.fromkeys(found) if not mentions(n, banned)]
+
+
+def keywords(question: str) -> list[str]:
+    """The question's words that are not function words (all of them if none is left)."""
+    words = re.findall(r"[\w'-]+", question)
+    return [w for w in words if w.lower() not in FUNCTION_WORDS] or words
 
 
 # --- transcripts ---------------------------------------------------------------------------------------------
@@ -119,13 +132,14 @@ class _Draft:
     names: list[str]
     queried: set[str]
     query: str  # the next search's query
+    last: list[str] = field(default_factory=list)  # the names the last results showed
     content: list[int] = field(default_factory=list)
     ok: bool = True
 
-    def add_turn(self, ids: list[int], targets: list[int]) -> None:
+    def add_turn(self, ids: list[int], targets: list[int], teach_content: bool) -> None:
         self.content += [len(self.ids) + j for j, t in enumerate(targets) if not t]
         self.ids += ids
-        self.targets += targets
+        self.targets += [1] * len(ids) if teach_content else targets
 
 
 def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: ChatFormat, cfg: Config,
@@ -135,6 +149,7 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
     agent, top_k = cfg.agent, cfg.retrieval.top_k
     cut = chat.cutter(agent.passage_max_tokens)
     forced = agent.force_first_search
+    teach = cfg.model.warmup_content == "drawn"
     most = max(0, agent.max_turns - 1)
     drafts = []
     for q in questions:
@@ -154,20 +169,25 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
             if forced and turn == 0:  # the environment's own first search: all of it is prompt
                 d.ids, d.targets = d.ids + ids, d.targets + [0] * len(ids)
             else:
-                d.add_turn(ids, targets)
+                d.add_turn(ids, targets, teach)
             insert = list(chat.insert_ids(format_hits(shown, cut), True))
             d.ids, d.targets = d.ids + insert, d.targets + [0] * len(insert)
             d.queried.add(d.query)
-            d.names += [n for n in names_in(shown, d.banned) if n not in d.names]
+            d.last = names_in(shown, d.banned, cut)
+            d.names += [n for n in d.last if n not in d.names]
             d.searches -= 1
             fresh = [n for n in d.names if n not in d.queried]
-            d.query = rng.choice(fresh) if fresh else d.query
+            if fresh:
+                name = rng.choice(fresh)
+                d.queried.add(name)
+                d.query = f"{name} {rng.choice(keywords(d.q.question))}" if teach else name
     out = []
     for d in drafts:
-        answers = [n for n in d.names if not mentions(n, d.q.answers)]  # not even one the question names
+        # a name the last results show, neither a gold one nor one the question names
+        answers = [n for n in d.last if not mentions(n, d.q.answers) and not mentions(d.q.question, [n])]
         if not d.ok or not answers:
             continue
-        d.add_turn(*answer_turn(chat, rng.choice(answers)))
+        d.add_turn(*answer_turn(chat, rng.choice(answers)), teach)
         if len(d.ids) <= agent.max_total_tokens:
             out.append(Transcript(d.q, Sequence_(d.ids, d.targets), d.content))
     return out
