@@ -12,14 +12,14 @@ from pathlib import Path
 from components import artifacts
 from components.config import Config
 from components.evaluation.report import flatten
-from components.io import disk_full, free_space, full_at, out_of_space, size_of, write_json
+from components.io import disk_full, free_space, full_at, out_of_space, sha256_of, size_of, write_json
 from components.serving.agent import model_corpus
 from components.serving.pyfunc import about_model, log_agent_model
 from components.tracking.promote import move_champion
 from components.tracking.registration import (COMPLETE, PENDING, REGISTRATION_TAG, RegistrationError,
                                               discard_logged_model, local_dir, missing_files, recover, registry_lock)  # fmt: skip
 from components.tracking.runs import STAGE_TAG, tracking_uri
-from components.tracking.tracker import NullTracker, file_digest, metric_key
+from components.tracking.tracker import NullTracker, metric_key
 
 log = logging.getLogger(__name__)
 EVIDENCE = "evidence"  # tag prefix on the model version: compared_to, decision, eval_run
@@ -50,7 +50,7 @@ def _lineage(cfg: Config) -> dict[str, str]:
     tags: dict[str, str] = {}
     for name, path in (("questions", artifacts.questions(cfg)), ("passages", artifacts.passages(cfg))):
         if path.exists():
-            tags[f"data.{name}.sha256"] = file_digest(path)
+            tags[f"data.{name}.sha256"] = sha256_of(path)
     manifest = artifacts.index_manifest(cfg)
     if manifest.exists():
         for alias, info in json.loads(manifest.read_text()).items():

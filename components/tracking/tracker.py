@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
+
+from components.io import sha256_of
 
 
 class NullTracker:
@@ -37,14 +38,6 @@ class NullTracker:
 
 
 Tracker = NullTracker  # the interface; MlflowTracker implements the same methods
-
-
-def file_digest(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class MlflowTracker(NullTracker):
@@ -82,7 +75,7 @@ class MlflowTracker(NullTracker):
 
         path = Path(path)
         df = pd.read_parquet(path)
-        ds = from_pandas(df.astype(str), source=_local_source(path.resolve()), name=path.stem, digest=file_digest(path)[:16])
+        ds = from_pandas(df.astype(str), source=_local_source(path.resolve()), name=path.stem, digest=sha256_of(path)[:16])
         self._require_active()
         self._mlflow.log_input(ds, context=context)
 
