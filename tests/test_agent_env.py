@@ -66,6 +66,20 @@ def test_episode_rewards_and_end(backend):
         env.step([eps[0]], ["<answer>x</answer>"])
 
 
+def test_support_recall_and_answer_seen_follow_the_searches(backend):
+    """What an episode's searches found of the gold: the share of supporting passages, and whether a gold answer
+    was in an observation (the step logs their means next to EM)."""
+    env = make_env(backend)
+    ep = env.reset(Q)
+    assert ep.support_recall == 0.0 and ep.answer_seen == 0.0
+    env.step([ep], [call("Bavo rival")])  # the first hop: Kelitu, not yet the answer
+    assert "p1" in ep.seen_ids and ep.answer_seen == 0.0
+    first = ep.support_recall
+    env.step([ep], [call("Kelitu mentor")])  # the second hop shows Dozi
+    assert first == 0.5 and ep.support_recall == 1.0 and ep.answer_seen == 1.0
+    assert env.reset(Question("q2", "Who?", ["x"], "w", "dev", [], "w")).support_recall is None
+
+
 def test_unknown_corpus_is_a_clear_error(backend):
     with pytest.raises(KeyError, match="corpus"):
         make_env(backend).reset(Question("q", "?", ["a"], "d", "dev", [], "nowhere"))

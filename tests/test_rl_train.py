@@ -76,6 +76,7 @@ def test_each_algorithm_trains_and_saves(prepared, tmp_path, algorithm):
     for key in ("train/reward", "train/em", "train/turns", "train/tool_call_validity", "train/entropy",
                 "train/ppo_kl", "train/rollout_tokens_per_s", "train/step_s", "train/grad_norm"):  # fmt: skip
         assert key in steps[2], key
+    assert 0 <= steps[2]["train/support_recall"] <= 1 and 0 <= steps[2]["train/answer_seen"] <= 1
     if algorithm == "ppo":
         assert "train/value_loss" in steps[1]
     if algorithm == "grpo":

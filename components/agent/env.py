@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from components.agent.observation import error_observation
 from components.agent.parser import Action, Answer, Malformed, ToolCall, parse_turn
-from components.agent.rewards import exact_match, f1, outcome_reward, process_reward
+from components.agent.rewards import exact_match, f1, outcome_reward, process_reward, sub_exact_match
 from components.agent.tools import Tool, ToolResult, validate_arguments
 from components.config import AgentConfig, RewardConfig
 from components.data.schema import Question
@@ -43,6 +43,18 @@ class Episode:
     @property
     def f1(self) -> float:
         return f1(self.answer, self.question.answers)
+
+    @property
+    def support_recall(self) -> float | None:
+        """The share of the question's supporting passages the episode's searches returned (None: it has none)."""
+        gold = set(self.question.supporting_ids)
+        return len(gold & self.seen_ids) / len(gold) if gold else None
+
+    @property
+    def answer_seen(self) -> float:
+        """1 when a gold answer appears (as whole words) in an observation the episode was shown."""
+        shown = [self.first_search or ""] + [text for role, text in self.log if role == "tool"]
+        return sub_exact_match(" ".join(shown), self.question.answers)
 
     @property
     def total_reward(self) -> float:

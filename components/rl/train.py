@@ -55,6 +55,12 @@ def split_questions(questions: Sequence[Question], datasets: Sequence[str], spli
     return [q for q in questions if q.dataset in datasets and q.split == split]
 
 
+def mean_of(values: Sequence[float | None]) -> float | None:
+    """The mean of the values that are not None (None when none is: the metric is not logged)."""
+    kept = [v for v in values if v is not None]
+    return float(np.mean(kept)) if kept else None
+
+
 class Trainer:
     def __init__(self, cfg: Config, policy, tokenizer, backend, train_qs, eval_sets: dict[str, list[Question]]):
         self.cfg, self.tc = cfg, cfg.train
@@ -118,6 +124,8 @@ class Trainer:
             "searches": float(np.mean([e.n_valid_calls for e in eps])),
             "tool_call_validity": sum(e.n_valid_calls for e in eps) / n_calls if n_calls else 1.0,
             "answered": float(np.mean([e.answer is not None for e in eps])),
+            "support_recall": mean_of([e.support_recall for e in eps]),  # what the searches found of the gold support
+            "answer_seen": float(np.mean([e.answer_seen for e in eps])),  # a gold answer was in an observation
             "response_tokens": float(batch.response_mask.sum(-1).mean()),
             "action_tokens": float(batch.action_mask.sum(-1).mean()),
             "rollout_tokens_per_s": stats.tokens_per_s,
