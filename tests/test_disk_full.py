@@ -195,4 +195,4 @@ def test_registered_model_on_a_full_temp_dir(small_disk, mlflow_uri, tmp_path, m
     monkeypatch.undo()
     assert str(caught.value).startswith(f"{temp}: no space left on device: it needs about ")
     assert mlflow.MlflowClient().search_model_versions(f"name='{cfg.registry.model_name}'") == []
-    assert [p.name for p in temp.iterdir() if not p.name.startswith("agentr1-registry-")] == [BALLAST]  # + the lock
+    assert [p.name for p in temp.iterdir() if not p.name.startswith("agentr1-")] == [BALLAST]  # + the store locks

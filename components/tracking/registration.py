@@ -5,14 +5,13 @@ files. Registrations into one store run one at a time on this machine (a lock ke
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote, urlparse
+
+from components.tracking.locks import store_lock
 
 REGISTRATION_TAG = "agentr1.registration"  # on a model version: pending, then complete (older versions: none)
 PENDING, COMPLETE = "pending", "complete"
@@ -26,9 +25,7 @@ class RegistrationError(RuntimeError):
 @contextmanager
 def registry_lock(uri: str) -> Iterator[None]:
     """One registration at a time into the store at `uri`, among the processes of this machine."""
-    key = hashlib.sha256(uri.encode()).hexdigest()[:16]
-    with open(Path(tempfile.gettempdir()) / f"agentr1-registry-{key}.lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    with store_lock(uri, "registry"):
         yield
 
 

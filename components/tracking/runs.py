@@ -12,6 +12,7 @@ from pathlib import Path
 
 from components.config import Config, flatten
 from components.secrets import redact_params
+from components.tracking.locks import store_lock
 from components.tracking.tracker import MlflowTracker
 
 STAGE_TAG = "agentr1.stage"
@@ -41,29 +42,40 @@ class TrackingError(Exception):
     """The tracking setup cannot be used (e.g. AGENTR1_PARENT_RUN_ID names no run)."""
 
 
+def project_root() -> Path:
+    """The project the default store lives in: DVC_ROOT under DVC, else the working directory.
+
+    A queued experiment (`dvc exp run --queue`, then `--run-all`) runs its stages in a temporary copy under
+    .dvc/tmp/exps/; DVC points DVC_ROOT at the project it came from, so its runs land in the project's store.
+    """
+    return Path(os.environ.get("DVC_ROOT") or ".").resolve()
+
+
 def tracking_uri(cfg: Config) -> str:
     """MLFLOW_TRACKING_URI wins, then params, then a sqlite store inside the project."""
     return (
         os.environ.get("MLFLOW_TRACKING_URI")
         or cfg.tracking.tracking_uri
-        or f"sqlite:///{Path('mlflow.db').resolve()}"
+        or f"sqlite:///{project_root() / 'mlflow.db'}"
     )
 
 
 def setup(cfg: Config) -> str:
-    """Point MLflow at the store, create the experiment if needed; return its id (no global experiment is set)."""
+    """Point MLflow at the store, create the experiment if needed; return its id (no global experiment is set).
+
+    One process at a time: the first use of a new sqlite store creates its tables, and two processes doing that at
+    once (two queued experiments, two flow runs) fail with "duplicate column name" or lose the experiment.
+    """
     import mlflow
 
-    mlflow.set_tracking_uri(tracking_uri(cfg))
-    exp = mlflow.get_experiment_by_name(cfg.tracking.experiment)
-    if exp is None:
-        location = None
-        if tracking_uri(cfg).startswith("sqlite:"):
-            location = Path("mlartifacts").resolve().as_uri()
-        exp_id = mlflow.create_experiment(cfg.tracking.experiment, artifact_location=location)
-    else:
-        exp_id = exp.experiment_id
-    return exp_id
+    uri = tracking_uri(cfg)
+    mlflow.set_tracking_uri(uri)
+    with store_lock(uri, "setup"):
+        exp = mlflow.get_experiment_by_name(cfg.tracking.experiment)
+        if exp is not None:
+            return exp.experiment_id
+        location = (project_root() / "mlartifacts").as_uri() if uri.startswith("sqlite:") else None
+        return mlflow.create_experiment(cfg.tracking.experiment, artifact_location=location)
 
 
 def commit(root: str | Path = ".") -> str:
@@ -140,8 +152,8 @@ def _dvc_parent(cfg: Config, key: str, name: str) -> str:
     import mlflow
     from mlflow.entities import Param
 
+    exp_id = setup(cfg)  # first: a client made before it would use MLflow's default store in the working directory
     client = mlflow.MlflowClient()
-    exp_id = setup(cfg)
     found = client.search_runs([exp_id], filter_string=f"tags.`{PIPELINE_KEY_TAG}` = '{key}'", max_results=1)
     if found:
         return found[0].info.run_id
