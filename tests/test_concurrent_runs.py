@@ -79,3 +79,20 @@ def test_two_queued_experiments_at_once_share_one_store_and_one_cache(tmp_path):
         prepared[name] = lock["prepare"]["outs"][0]["md5"]
         assert {d["path"]: d["md5"] for d in lock["validate"]["deps"]}["artifacts/prepared"] == prepared[name]
     assert prepared["conc-a"] != prepared["conc-b"]  # two different datasets, both in the cache
+
+
+def test_register_refuses_a_queued_experiments_temporary_copy(tmp_path, repo_root):
+    """A queued experiment's copy is deleted when it ends: a model registered there would name a missing index.
+    The real CLI refuses with one line that says how to register, before it touches the registry."""
+    import shutil
+    import sys
+
+    copy = tmp_path / "p" / ".dvc" / "tmp" / "exps" / "tmpabc123"
+    copy.mkdir(parents=True)
+    shutil.copy(repo_root / "params.yaml", copy)
+    shutil.copytree(repo_root / "profiles", copy / "profiles")
+    proc = subprocess.run([sys.executable, "-m", "components.cli", "register"], cwd=copy, capture_output=True,
+                          text=True, env=env_for(copy) | {"PYTHONPATH": str(repo_root)})  # fmt: skip
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "temporary copy" in proc.stderr and "dvc exp apply" in proc.stderr, proc.stderr
+    assert not (copy / "artifacts").exists()

@@ -132,9 +132,18 @@ def _last_logged_model_id() -> str | None:
     return last.model_id if last is not None else None
 
 
+def refuse_temporary_copy(workdir: Path) -> None:
+    """A queued DVC experiment runs in a copy under .dvc/tmp/exps/ that DVC deletes when it ends: a model registered
+    there would name an index that is gone, and could still become the champion."""
+    if ".dvc/tmp/exps/" in workdir.resolve().as_posix() + "/":
+        raise RegistrationError(f"register: {workdir} is a queued experiment's temporary copy; register from the "
+                                "workspace: `dvc exp apply <experiment>`, then `dvc repro register`")  # fmt: skip
+
+
 def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     import mlflow
 
+    refuse_temporary_copy(Path.cwd())
     reg = cfg.registry
     metrics_path = artifacts.require(cfg, artifacts.eval_metrics(cfg))
     model_path = artifacts.require(cfg, artifacts.train_model_json(cfg))
