@@ -10,6 +10,7 @@ import pytest
 
 from components.config import Config, parse_config
 from components.registry import register
+from components.tracking.owners import ENDED_TAG
 from components.tracking.runs import STAGE_TAG, commit, pipeline_run, stage_run
 from tests.tiny_hf import train_and_eval
 
@@ -267,6 +268,10 @@ def test_killed_registrations_are_cleaned_up_and_never_champion(mlflow_uri, tmp_
     with stage_run(cfg, "register") as tracker:  # nothing left to recover
         register.run(cfg, tracker)
     assert "recovered" not in client.get_run(tracker.run_id).data.tags
+    # the two killed processes could not end their runs; the next stage to start did, as KILLED
+    runs = client.search_runs([exp], f"tags.`{STAGE_TAG}` = 'register'")
+    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 3 + ["KILLED"] * 2
+    assert all(r.data.tags.get(ENDED_TAG) for r in runs if r.info.status == "KILLED")
 
 
 def test_a_model_stored_incomplete_is_not_registered(mlflow_uri, tmp_path, monkeypatch):
@@ -304,3 +309,23 @@ def test_a_model_stored_incomplete_is_not_registered(mlflow_uri, tmp_path, monke
     models = client.search_logged_models([exp])
     assert all(m.status == LoggedModelStatus.READY for m in models) and len(models) == 3  # 2 trained, 1 registered
     assert sorted(p.name for p in (tmp_path / "mlartifacts" / "models").iterdir()) == sorted(m.model_id for m in models)
+
+
+def test_a_run_is_judged_dead_only_on_its_own_host_and_by_pid_and_start():
+    import socket
+    import subprocess
+    import sys
+
+    import psutil
+
+    from components.tracking.owners import gone, owner
+
+    assert not gone(owner())  # this process
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    tag = f"{socket.gethostname()}:{proc.pid}:{psutil.Process(proc.pid).create_time():.3f}"
+    assert not gone(tag)
+    proc.kill()
+    proc.wait()
+    assert gone(tag)
+    assert gone(f"{socket.gethostname()}:{os.getpid()}:1.000")  # a reused pid: another start time
+    assert not gone(f"another-host:{proc.pid}:1.000") and not gone("not a tag")

@@ -13,6 +13,7 @@ from pathlib import Path
 from components.config import Config, flatten
 from components.secrets import redact_params
 from components.tracking.locks import store_lock
+from components.tracking.owners import OWNER_TAG, end_dead_runs, owner
 from components.tracking.tracker import MlflowTracker
 
 STAGE_TAG = "agentr1.stage"
@@ -103,7 +104,7 @@ def pipeline_run(cfg: Config, name: str | None = None) -> Iterator[str]:
 
     exp_id = setup(cfg)
     name = name or f"flow @ {commit()}"
-    with mlflow.start_run(experiment_id=exp_id, run_name=name, tags=_pipeline_tags(name)) as run:
+    with mlflow.start_run(experiment_id=exp_id, run_name=name, tags=_pipeline_tags(name) | {OWNER_TAG: owner()}) as run:
         mlflow.log_params(redact_params(flatten(cfg)))  # no secret is ever tracked
         yield run.info.run_id
 
@@ -114,12 +115,13 @@ def stage_run(cfg: Config, stage: str, parent_run_id: str | None = None) -> Iter
     import mlflow
 
     exp_id = setup(cfg)
+    end_dead_runs(mlflow.MlflowClient(), exp_id)  # runs of killed stages (SIGKILL) end here, as KILLED
     with mlflow.start_run(
         experiment_id=exp_id,
         run_name=stage,
         nested=parent_run_id is not None,
         parent_run_id=parent_run_id,
-        tags={STAGE_TAG: stage},
+        tags={STAGE_TAG: stage, OWNER_TAG: owner()},
     ) as run:
         mlflow.log_params(redact_params(flatten(cfg)))  # no secret is ever tracked
         yield MlflowTracker(run.info.run_id)
@@ -189,6 +191,7 @@ def cli_parent(cfg: Config) -> Iterator[str | None]:
     parent = _dvc_parent(cfg, *dvc)
     client = mlflow.MlflowClient()
     client.update_run(parent, status="RUNNING")
+    client.set_tag(parent, OWNER_TAG, owner())  # RUNNING while this stage runs: ended as KILLED if it is killed
     status = "FAILED"
     try:
         yield parent
