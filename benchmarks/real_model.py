@@ -18,10 +18,11 @@ import platform
 import time
 from pathlib import Path
 
-import yaml
+import numpy as np
+
 
 from components import artifacts
-from components.config import load_config
+from components.config import load_config, read_yaml
 from components.env import apply_defaults
 from components.stages import run_stage
 
@@ -52,6 +53,39 @@ def table(report: dict, dataset: str, split: str) -> list[str]:
     return lines
 
 
+def paired_bootstrap(a: list[float], b: list[float], n: int = 10000, seed: int = 0) -> tuple[float, float, float]:
+    """Mean of a - b over paired questions and its 95 % percentile interval (questions resampled with replacement)."""
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    idx = np.random.default_rng(seed).integers(0, len(d), size=(n, len(d)))
+    lo, hi = np.percentile(d[idx].mean(axis=1), [2.5, 97.5])
+    return float(d.mean()), float(lo), float(hi)
+
+
+def comparisons(predictions: Path, sets: list[str]) -> list[str]:
+    """Trained agent against the base agent and naive RAG, per set: the EM difference with its paired-bootstrap
+    interval; for the synthetic world also per number of hops (the question's "of"s)."""
+    rows = [json.loads(line) for line in predictions.read_text().splitlines() if line.strip()]
+    em = {(r["system"], r["set"], r["question_id"]): r["em"] for r in rows}
+    hops = {r["question_id"]: r["question"].count(" of ") for r in rows}
+    lines = ["| set | questions | trained − base_agent EM [95 % CI] | trained − naive_rag EM [95 % CI] |",
+             "|---|---|---|---|"]  # fmt: skip
+    for name in sets:
+        ids = sorted({q for (sys_, s_, q) in em if s_ == name and sys_ == "agent"})
+        groups = [("all", ids)]
+        if name.startswith("synthetic"):
+            groups += [(f"{h}-hop", [q for q in ids if hops[q] == h]) for h in sorted({hops[q] for q in ids})]
+        for label, qs in groups:
+            cells = []
+            for other in ("base_agent", "naive_rag"):
+                if not qs or any((other, name, q) not in em for q in qs):
+                    cells.append("")
+                    continue
+                d, lo, hi = paired_bootstrap([em[("agent", name, q)] for q in qs], [em[(other, name, q)] for q in qs])
+                cells.append(f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+            lines.append(f"| {name} {label} | {len(qs)} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--params", default="params.yaml")
@@ -61,7 +95,7 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/real_model.md")
     args = ap.parse_args()
     apply_defaults()
-    overrides = {"profile": "real"} | {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
+    overrides = {"profile": "real"} | {k: read_yaml(v) for k, v in (s.split("=", 1) for s in args.set)}
     cfg = load_config(args.params, overrides)
     seconds = {}
     for stage in filter(None, args.stages.split(",")):
@@ -78,6 +112,10 @@ def main() -> None:
     for spec in cfg.evaluate.sets:
         lines += [f"## {spec.dataset}/{spec.split} (first {spec.limit} questions)", "",
                   *table(report, spec.dataset, spec.split), ""]  # fmt: skip
+    predictions = artifacts.eval_predictions(cfg)
+    if predictions.exists():
+        lines += ["## Trained agent against the baselines (paired bootstrap over questions)", "",
+                  *comparisons(predictions, [f"{s.dataset}/{s.split}" for s in cfg.evaluate.sets]), ""]  # fmt: skip
     dev = [k for k in (curve[0] if curve else {}) if k.startswith("dev/") and k.endswith(("/em", "/f1"))]
     if dev:
         lines += ["## Dev curve (greedy, train.eval_questions per set)", "", "| step | " + " | ".join(dev) + " |",

@@ -1,0 +1,33 @@
+"""benchmarks/real_model.py's comparison of the trained agent with the baselines: paired bootstrap over questions,
+per set and, for the synthetic world, per number of hops."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+from tests.conftest import ROOT
+
+spec = importlib.util.spec_from_file_location("real_model", ROOT / "benchmarks" / "real_model.py")
+real_model = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(real_model)
+
+
+def test_paired_bootstrap_brackets_the_mean_difference():
+    d, lo, hi = real_model.paired_bootstrap([1, 1, 1, 0] * 25, [0, 1, 0, 0] * 25)
+    assert d == 0.5 and lo < 0.5 < hi and lo > 0.3 and hi < 0.7
+    assert real_model.paired_bootstrap([1, 0] * 10, [1, 0] * 10) == (0.0, 0.0, 0.0)  # identical systems
+
+
+def test_comparisons_pair_questions_and_split_the_synthetic_world_by_hops(tmp_path):
+    rows = []
+    for i in range(20):
+        question = "Who is the rival of Bo?" if i < 10 else "Who is the rival of the teacher of Bo?"
+        for system, em in (("agent", float(i < 10)), ("base_agent", 0.0), ("naive_rag", float(i % 2))):
+            rows.append({"system": system, "set": "synthetic/dev", "question_id": f"q{i}", "question": question, "em": em})
+    path = tmp_path / "predictions.jsonl"
+    path.write_text("\n".join(map(json.dumps, rows)))
+    table = real_model.comparisons(path, ["synthetic/dev"])
+    assert table[2].startswith("| synthetic/dev all | 20 | +0.500 [")
+    assert table[3].startswith("| synthetic/dev 1-hop | 10 | +1.000 [+1.000, +1.000] | +0.500 [")
+    assert table[4].startswith("| synthetic/dev 2-hop | 10 | +0.000 [+0.000, +0.000] | -0.500 [")
