@@ -452,6 +452,9 @@ class TrainConfig(Section):
     trainable_layers: int | None = Field(default=None, ge=1, description="train only the top N decoder layers (+ final norm)")
     gradient_checkpointing: bool = Field(default=False, description="recompute activations in the backward pass")
     steps: int = Field(default=200, ge=0)
+    max_minutes: float | None = Field(
+        default=None, gt=0, description="wall-time budget of one train call: after the step that passes it, evaluate, "
+        "checkpoint and stop (a later call resumes); null = no budget")  # fmt: skip
     questions_per_step: int = Field(default=16, ge=1)
     group_size: int = Field(default=8, ge=1, description="rollouts per question (GRPO/RLOO/RF++-baseline groups)")
     micro_batch_size: int = Field(default=64, ge=1, description="episodes per forward/backward (grad accumulation)")
@@ -567,7 +570,8 @@ class Config(Section):
     def _local_only(self) -> Config:
         if self.train.backend == "verl":
             for key, on in (("agent.force_first_search", self.agent.force_first_search),
-                            ("train.entropy_floor", self.train.entropy_floor is not None)):  # fmt: skip
+                            ("train.entropy_floor", self.train.entropy_floor is not None),
+                            ("train.max_minutes", self.train.max_minutes is not None)):  # fmt: skip
                 if on:
                     raise ValueError(f"{key} is a local-trainer knob: train.backend=verl does not implement it")
         return self

@@ -455,3 +455,26 @@ def test_half_copied_or_unloadable_checkpoints_are_skipped_with_a_warning_naming
     for step in (4, 6, 8):
         assert any(str(root / f"step-0000000{step}") in m for m in shown), (step, shown)
     assert any("does not load (JSONDecodeError" in m for m in shown) and shown[-1].startswith("resuming from the older")
+
+
+def test_a_time_budget_stops_after_the_step_that_passes_it_and_the_next_call_resumes(prepared, tmp_path):
+    """train.max_minutes: each call trains until its budget is spent, then evaluates and checkpoints that step; a
+    second call resumes there. Here every step passes a 1 ms budget: one step a call, evaluated and saved."""
+    art = fresh(prepared, tmp_path)
+    cfg = parse_config(small_raw(art, steps=6, eval_every=4, checkpoint_every=4, max_minutes=1e-5))
+    root = train.checkpoint_root(cfg)
+    first = Recorder()
+    train.run(cfg, first)
+    assert sorted(s for s in first.metrics if s) == [1] and "dev/synthetic/em" in first.metrics[1]
+    assert ckpt.latest(root).name == "step-00000001"
+    second = Recorder()
+    result = train.run(cfg, second)
+    assert second.tags["resumed_from_step"] == "1" and max(second.metrics) == 2  # step 1's row carried into its curve
+    assert result["steps"] == 2.0 and ckpt.latest(root).name == "step-00000002"
+
+
+def test_the_verl_backend_refuses_a_time_budget(tmp_path):
+    raw = small_raw(tmp_path, max_minutes=5)
+    raw["train"]["backend"] = "verl"
+    with pytest.raises(ValueError, match="train.max_minutes is a local-trainer knob"):
+        parse_config(raw)

@@ -312,11 +312,13 @@ def run(cfg: Config, tracker) -> dict[str, float]:
         final_eval = trainer.evaluate(0)
         log.record(0, final_eval)
     bar = tqdm(range(start, end), desc=f"train {tc.algorithm}", initial=start, total=tc.steps)
+    started = time.perf_counter()
     for step in bar:
         t0 = time.perf_counter()
         metrics, trajs = trainer.step(step)
         n = step + 1
-        if tc.eval_every and (n % tc.eval_every == 0 or n == tc.steps):
+        out_of_time = tc.max_minutes is not None and time.perf_counter() - started >= 60 * tc.max_minutes
+        if tc.eval_every and (n % tc.eval_every == 0 or n == tc.steps or out_of_time):
             final_eval = trainer.evaluate(n)
             metrics.update(final_eval)
             log.log_traces(n, train_traces(cfg, trajs, n))  # a few of this step's episodes as MLflow traces
@@ -327,7 +329,7 @@ def run(cfg: Config, tracker) -> dict[str, float]:
         metrics["step_s"] = time.perf_counter() - t0
         log.record(n, metrics)
         bar.set_postfix(em=f"{metrics['em']:.2f}", dev=f"{final_eval.get(target_key, float('nan')):.2f}")
-        done = log.reached_target and tc.stop_at_target
+        done = (log.reached_target and tc.stop_at_target) or out_of_time
         if n % tc.checkpoint_every == 0 or n == tc.steps or done:
             log.checkpoint(n)
         if done:
