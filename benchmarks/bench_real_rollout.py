@@ -35,7 +35,7 @@ from components.retrieval.factory import make_backend
 from components.rl.train import Trainer, split_questions
 from components.rollout.chat import ChatFormat
 from components.rollout.engine import RolloutStats, rollout
-from components.rollout.evaluate import make_env
+from components.rollout.evaluate import episode_prompts, make_env
 from components.tracking.tracker import NullTracker  # noqa: F401  (Trainer's tracker-free use)
 
 
@@ -54,15 +54,23 @@ def flops_per_token(model) -> float:
     return 2.0 * (body + (head if tied else 0))
 
 
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def gemm_ceiling(model, rows: int, dtype: torch.dtype, seconds: float = 1.5) -> tuple[float, float]:
     """GFLOP/s of the model's widest decode matmul at `rows` rows, and the tokens/s that rate allows."""
-    h, i = model.config.hidden_size, model.config.intermediate_size
-    x, w = torch.randn(rows, h, dtype=dtype), torch.randn(i, h, dtype=dtype)
+    h, i, device = model.config.hidden_size, model.config.intermediate_size, model.device
+    x, w = torch.randn(rows, h, dtype=dtype, device=device), torch.randn(i, h, dtype=dtype, device=device)
     torch.nn.functional.linear(x, w)
+    sync(device)
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        torch.nn.functional.linear(x, w)
-        n += 1
+        for _ in range(10 if device.type == "cuda" else 1):  # launches are asynchronous: time batches of them
+            torch.nn.functional.linear(x, w)
+            n += 1
+        sync(device)
     gflops = 2 * rows * h * i * n / (time.perf_counter() - t0) / 1e9
     return gflops, gflops * 1e9 / flops_per_token(model)
 
@@ -71,14 +79,16 @@ def gemm_ceiling(model, rows: int, dtype: torch.dtype, seconds: float = 1.5) -> 
 def plain_decode(model, rows: int, prompt_len: int = 200, new_tokens: int = 48) -> float:
     """Generated tokens/s of a plain greedy loop over transformers' DynamicCache (no masks, no holes)."""
     gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(100, model.config.vocab_size - 100, (rows, prompt_len), generator=gen)
+    ids = torch.randint(100, model.config.vocab_size - 100, (rows, prompt_len), generator=gen).to(model.device)
     cache = DynamicCache()
     out = model(input_ids=ids, past_key_values=cache, use_cache=True)
     tok = out.logits[:, -1].argmax(-1, keepdim=True)
+    sync(model.device)
     t0 = time.perf_counter()
     for _ in range(new_tokens):
         out = model(input_ids=tok, past_key_values=cache, use_cache=True)
         tok = out.logits[:, -1].argmax(-1, keepdim=True)
+    sync(model.device)
     return rows * new_tokens / (time.perf_counter() - t0)
 
 
@@ -89,7 +99,8 @@ def engine_run(cfg, model, tok, questions, group: int, seed: int = 0) -> dict:
     stats = RolloutStats()
     eps = [q for q in questions for _ in range(group)]
     trajs = rollout(model, chat, env, eps, cfg.agent, temperature=cfg.train.temperature,
-                    generator=torch.Generator().manual_seed(seed), stats=stats, engine=cfg.rollout)  # fmt: skip
+                    generator=torch.Generator().manual_seed(seed), stats=stats, engine=cfg.rollout,
+                    prompts=episode_prompts(eps, chat, env))  # fmt: skip
     tokens = sum(len(t.input_ids) for t in trajs)
     return {
         "episodes": len(eps),
@@ -191,7 +202,8 @@ def main() -> None:
         sets = args.real_params if name == "real" else args.tiny_params
         rows += bench_model(name, sets, args.batches, args.group, args.rl_questions, args.threads)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    header = f"Machine: {cpu_line()}. Date: {datetime.date.today()}. Commit: {commit}."
+    gpu = f"; GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}" if torch.cuda.is_available() else ""
+    header = f"Machine: {cpu_line()}{gpu}. Date: {datetime.date.today()}. Commit: {commit}."
     print(markdown(rows, header))
 
 

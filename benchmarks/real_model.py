@@ -62,25 +62,27 @@ def paired_bootstrap(a: list[float], b: list[float], n: int = 10000, seed: int =
 
 
 def comparisons(predictions: Path, sets: list[str]) -> list[str]:
-    """Trained agent against the base agent and naive RAG, per set: the EM difference with its paired-bootstrap
-    interval; for the synthetic world also per number of hops (the question's "of"s)."""
+    """Trained agent against the base agent and naive RAG, per set: the EM and F1 differences with their
+    paired-bootstrap intervals; for the synthetic world also per number of hops (the question's "of"s)."""
     rows = [json.loads(line) for line in predictions.read_text().splitlines() if line.strip()]
-    em = {(r["system"], r["set"], r["question_id"]): r["em"] for r in rows}
+    score = {(r["system"], r["set"], r["question_id"], m): r[m] for r in rows for m in ("em", "f1")}
     hops = {r["question_id"]: r["question"].count(" of ") for r in rows}
-    lines = ["| set | questions | trained − base_agent EM [95 % CI] | trained − naive_rag EM [95 % CI] |",
-             "|---|---|---|---|"]  # fmt: skip
+    pairs = [(other, m) for m in ("em", "f1") for other in ("base_agent", "naive_rag")]
+    lines = ["| set | questions | " + " | ".join(f"trained − {o} {m.upper()} [95 % CI]" for o, m in pairs) + " |",
+             "|---|---|" + "---|" * len(pairs)]  # fmt: skip
     for name in sets:
-        ids = sorted({q for (sys_, s_, q) in em if s_ == name and sys_ == "agent"})
+        ids = sorted({q for (sys_, s_, q, _) in score if s_ == name and sys_ == "agent"})
         groups = [("all", ids)]
         if name.startswith("synthetic"):
             groups += [(f"{h}-hop", [q for q in ids if hops[q] == h]) for h in sorted({hops[q] for q in ids})]
         for label, qs in groups:
             cells = []
-            for other in ("base_agent", "naive_rag"):
-                if not qs or any((other, name, q) not in em for q in qs):
+            for other, m in pairs:
+                if not qs or any((other, name, q, m) not in score for q in qs):
                     cells.append("")
                     continue
-                d, lo, hi = paired_bootstrap([em[("agent", name, q)] for q in qs], [em[(other, name, q)] for q in qs])
+                d, lo, hi = paired_bootstrap([score[("agent", name, q, m)] for q in qs],
+                                             [score[(other, name, q, m)] for q in qs])  # fmt: skip
                 cells.append(f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
             lines.append(f"| {name} {label} | {len(qs)} | " + " | ".join(cells) + " |")
     return lines
@@ -93,6 +95,7 @@ def main() -> None:
     ap.add_argument("--stages", default="base_model,train,evaluate",
                     help="comma-separated; empty to only render the table of a finished run (e.g. dvc exp run)")
     ap.add_argument("--out", default="benchmarks/results/real_model.md")
+    ap.add_argument("--untracked", action="store_true", help="run the stages without MLflow (a GPU node without it)")
     args = ap.parse_args()
     apply_defaults()
     overrides = {"profile": "real"} | {k: read_yaml(v) for k, v in (s.split("=", 1) for s in args.set)}
@@ -100,16 +103,17 @@ def main() -> None:
     seconds = {}
     for stage in filter(None, args.stages.split(",")):
         t0 = time.perf_counter()
-        run_stage(stage, cfg)
+        run_stage(stage, cfg, track=not args.untracked)
         seconds[stage] = time.perf_counter() - t0
         print(f"{stage}: {seconds[stage]:.0f} s", flush=True)
-    report = json.loads((artifacts.eval_metrics(cfg)).read_text())
-    curve = list(csv.DictReader((artifacts.train_curve(cfg)).open()))
+    metrics, curve_csv = artifacts.eval_metrics(cfg), artifacts.train_curve(cfg)
+    report = json.loads(metrics.read_text()) if metrics.exists() else {}
+    curve = list(csv.DictReader(curve_csv.open())) if curve_csv.exists() else []
     lines = [f"# Real profile (SmolLM2-135M-Instruct, dequantised Q4_1 GGUF), {time.strftime('%Y-%m-%d')}", "",
              f"Machine: {machine()}. Overrides: {overrides}.", "",
              "Wall time: " + (", ".join(f"{k} {v / 60:.1f} min" for k, v in seconds.items()) or "not timed here") + "; "
              f"train steps: {len(curve) - 1 if curve and curve[0]['step'] == '0' else len(curve)}.", ""]  # fmt: skip
-    for spec in cfg.evaluate.sets:
+    for spec in cfg.evaluate.sets if report else []:
         lines += [f"## {spec.dataset}/{spec.split} (first {spec.limit} questions)", "",
                   *table(report, spec.dataset, spec.split), ""]  # fmt: skip
     predictions = artifacts.eval_predictions(cfg)

@@ -24,10 +24,12 @@ def test_comparisons_pair_questions_and_split_the_synthetic_world_by_hops(tmp_pa
     for i in range(20):
         question = "Who is the rival of Bo?" if i < 10 else "Who is the rival of the teacher of Bo?"
         for system, em in (("agent", float(i < 10)), ("base_agent", 0.0), ("naive_rag", float(i % 2))):
-            rows.append({"system": system, "set": "synthetic/dev", "question_id": f"q{i}", "question": question, "em": em})
+            rows.append({"system": system, "set": "synthetic/dev", "question_id": f"q{i}", "question": question, "em": em,
+                         "f1": 1.0 if system == "agent" else em})  # fmt: skip
     path = tmp_path / "predictions.jsonl"
     path.write_text("\n".join(map(json.dumps, rows)))
     table = real_model.comparisons(path, ["synthetic/dev"])
     assert table[2].startswith("| synthetic/dev all | 20 | +0.500 [")
     assert table[3].startswith("| synthetic/dev 1-hop | 10 | +1.000 [+1.000, +1.000] | +0.500 [")
     assert table[4].startswith("| synthetic/dev 2-hop | 10 | +0.000 [+0.000, +0.000] | -0.500 [")
+    assert table[4].endswith("| +1.000 [+1.000, +1.000] | +0.500 [+0.200, +0.800] |")  # F1: the agent's is 1 throughout
