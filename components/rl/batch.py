@@ -38,8 +38,10 @@ class Batch:
     def select(self, rows: Sequence[int] | slice) -> Batch:
         kw = {f.name: getattr(self, f.name) for f in fields(self)}
         for k, v in kw.items():
-            if isinstance(v, (torch.Tensor, np.ndarray)):
+            if isinstance(v, torch.Tensor):
                 kw[k] = v[rows]
+            elif isinstance(v, np.ndarray):
+                kw[k] = v[rows.cpu().numpy() if isinstance(rows, torch.Tensor) else rows]
         return Batch(**kw)
 
     def __len__(self) -> int:

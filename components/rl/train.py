@@ -245,14 +245,14 @@ class Trainer:
         by whole-batch counts, so skipping it changes only the cost. Early in GRPO most groups score all alike."""
         if self.critic is not None or self.ref is not None or self.tc.entropy_coef:
             return torch.arange(len(adv))
-        return torch.nonzero(((adv * loss_mask) != 0).any(-1)).squeeze(-1)
+        return torch.nonzero(((adv * loss_mask) != 0).any(-1)).squeeze(-1).cpu()
 
     def _micro(self, batch: Batch, rows: torch.Tensor) -> list[torch.Tensor]:
         """Micro-batches of `rows` of similar length (longest first), each trimmed to its own width in the
         update: the gradient is the same as over the whole batch (losses are normalized by whole-batch
         token/sequence counts) at a fraction of the padded compute."""
         size = self.tc.micro_batch_size
-        lengths = batch.attention_mask[rows].sum(-1)
+        lengths = batch.attention_mask[rows].sum(-1).cpu()  # row indices stay on the CPU: they index numpy too
         order = rows[torch.argsort(lengths, descending=True, stable=True)]
         return [order[i : i + size] for i in range(0, len(order), size)]
 
