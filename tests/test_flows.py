@@ -11,7 +11,9 @@ import sys
 import time
 
 import pytest
+import yaml
 
+from components.config import set_dotted
 from tests.project import BIN, DATA_STAGES, FOLLOWERS, env_for, run, touch
 from tests.served import free_port, start, stop, wait_up
 
@@ -213,5 +215,159 @@ def test_scheduled_retraining_on_a_new_data_version(built, tmp_path, prefect_api
         assert "expect_column_value_lengths_to_be_between" in failed["message"] and question_id in failed["message"]
         assert _serving(project) == after
         assert len(client.search_model_versions("name='agentr1-search-agent'")) == 2
+    finally:
+        stop(served)
+
+
+DEPLOYED = """
+import asyncio
+from prefect.client.orchestration import get_client
+
+async def main():
+    async with get_client() as c:
+        await c.read_deployment_by_name("agentr1-pipeline/nightly")
+asyncio.run(main())
+"""
+
+
+def _serve(project, env, log):
+    """`python -m flows.deploy` against the module's server, once its deployment is registered."""
+    served = start([sys.executable, "-m", "flows.deploy"], project, env, log)
+    deadline = time.monotonic() + 120
+    while subprocess.run([sys.executable, "-c", DEPLOYED], cwd=project, env=env, capture_output=True).returncode:
+        assert time.monotonic() < deadline and served.poll() is None, log.read_text()[-3000:]
+        time.sleep(1)
+    return served
+
+
+def _stage_process(served, stage: str):
+    """(the flow-run process the runner started, the `agentr1 <stage>` process under it), or (None, None)."""
+    import psutil
+
+    for flow in psutil.Process(served.pid).children():
+        for proc in flow.children(recursive=True):
+            try:
+                if re.search(rf"agentr1 {stage}$", " ".join(proc.cmdline())):
+                    return flow, proc
+            except psutil.Error:
+                continue
+    return None, None
+
+
+def _kill_flow_run(served, stage: str, ready, timeout: float = 900) -> None:
+    """SIGKILL the flow-run process and everything under it (DVC, the stage), as a reboot would, once `stage` runs
+    and `ready()` holds. The runner that started it stays up."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        flow, proc = _stage_process(served, stage)
+        if proc is not None and ready():
+            victims = [flow, *flow.children(recursive=True)]
+            assert proc in victims and proc.is_running()
+            for p in victims:
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            psutil.wait_procs(victims, timeout=30)
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{stage} never ran with its kill condition met")
+
+
+def _set_params(project, **values) -> None:
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    for key, value in values.items():
+        set_dotted(params, key.replace("__", "."), value)
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def _trained_weights(project) -> str:
+    from components.io import sha256_of
+
+    return sha256_of(project / "artifacts" / "models" / "trained" / "model.safetensors")
+
+
+@pytest.mark.slow
+def test_a_scheduled_run_killed_in_train_and_in_register_is_crashed_and_the_next_run_completes(built, tmp_path, prefect_api):
+    """The flow-run process SIGKILLed with DVC and the stage under it: in train after a checkpoint, then in register
+    while it uploads the model. Prefect shows each run CRASHED; the next scheduled run completes with no cleanup by
+    hand (DVC's locks, MLflow runs and the registry are recovered); training resumes from its checkpoint to the
+    weights of an uninterrupted run; the champion never points at an unfinished version."""
+    import sqlite3
+
+    import mlflow
+
+    from components.tracking.registration import COMPLETE, REGISTRATION_TAG
+    from components.tracking.runs import STAGE_TAG
+
+    longer = {"train__steps": 40, "train__checkpoint_every": 4}  # retrains: train, evaluate and register re-run
+    reference = built.copy(tmp_path / "reference")
+    _set_params(reference, **longer)
+    run(["dvc", "repro"], reference)  # the same change, uninterrupted
+
+    project = built.copy(tmp_path / "p")
+    env = {**env_for(project), "PREFECT_API_URL": prefect_api, "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
+    served = _serve(project, env, tmp_path / "serve.log")
+    client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    name = "agentr1-search-agent"
+
+    def trigger_in_background():
+        return subprocess.Popen([sys.executable, "-c", TRIGGER], cwd=project, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+    def outcome(proc) -> dict:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        return json.loads(out.strip().splitlines()[-1])
+
+    def champion_is_complete() -> None:
+        champion = client.get_model_version_by_alias(name, "champion")
+        assert champion.tags[REGISTRATION_TAG] == COMPLETE
+
+    try:
+        # 1. Killed in train, after a checkpoint was written.
+        _set_params(project, **longer)
+        checkpoints = project / "artifacts" / "train" / "checkpoints"
+        old = set(checkpoints.glob("*/step-*/SHA256SUMS"))  # the built run's, under its own config's folder
+        killed = trigger_in_background()
+        _kill_flow_run(served, "train", lambda: bool(set(checkpoints.glob("*/step-*/SHA256SUMS")) - old))
+        crashed = outcome(killed)
+        assert crashed["state"] == "CRASHED", crashed
+        champion_is_complete()
+
+        resumed = _trigger(project, env)
+        assert resumed["state"] == "COMPLETED", resumed["message"]
+        assert {"train", "evaluate", "register"} <= set(rerun(resumed["logs"]))
+        exp = client.get_experiment_by_name("agentr1").experiment_id
+        trains = client.search_runs([exp], f"tags.`{STAGE_TAG}` = 'train'", order_by=["attributes.start_time DESC"])
+        assert int(trains[0].data.tags["resumed_from_step"]) >= 4 and trains[1].info.status == "KILLED"
+        assert _trained_weights(project) == _trained_weights(reference)
+        champion_is_complete()
+
+        # 2. Killed in register, once it has begun to store the model (a new logged model row).
+        versions_before = {v.version for v in client.search_model_versions(f"name='{name}'")}
+        decision = (project / "artifacts" / "register" / "decision.json").read_text()
+        db = sqlite3.connect(project / "mlflow.db")
+        logged = db.execute("select count(*) from logged_models").fetchone()[0]
+        _set_params(project, registry__min_improvement=0.5)  # register alone re-runs
+        killed = trigger_in_background()
+        _kill_flow_run(served, "register",
+                       lambda: db.execute("select count(*) from logged_models").fetchone()[0] > logged)  # fmt: skip
+        crashed = outcome(killed)
+        assert crashed["state"] == "CRASHED", crashed
+        assert (project / "artifacts" / "register" / "decision.json").read_text() == decision  # it had not finished
+        champion_is_complete()
+
+        again = _trigger(project, env)
+        assert again["state"] == "COMPLETED", again["message"]
+        assert rerun(again["logs"]) == ["register"]
+        versions = client.search_model_versions(f"name='{name}'")
+        assert all(v.tags[REGISTRATION_TAG] == COMPLETE for v in versions)  # nothing half-registered is left
+        assert len({v.version for v in versions} - versions_before) == 1
+        champion_is_complete()
+        registers = client.search_runs([exp], f"tags.`{STAGE_TAG}` = 'register'", order_by=["attributes.start_time DESC"])
+        assert registers[0].info.status == "FINISHED" and registers[1].info.status == "KILLED"
     finally:
         stop(served)

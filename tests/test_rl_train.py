@@ -467,6 +467,8 @@ def test_a_time_budget_stops_after_the_step_that_passes_it_and_the_next_call_res
     train.run(cfg, first)
     assert sorted(s for s in first.metrics if s) == [1] and "dev/synthetic/em" in first.metrics[1]
     assert ckpt.latest(root).name == "step-00000001"
+    cfg = parse_config(small_raw(art, steps=6, eval_every=4, checkpoint_every=4, max_minutes=2e-5))
+    assert train.checkpoint_root(cfg) == root  # another budget goes on from the same checkpoints
     second = Recorder()
     result = train.run(cfg, second)
     assert second.tags["resumed_from_step"] == "1" and max(second.metrics) == 2  # step 1's row carried into its curve

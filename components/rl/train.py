@@ -44,9 +44,11 @@ SYNTHETIC, COUNTERFACTUAL = "synthetic", "synthetic_cf"
 
 
 def checkpoint_root(cfg: Config) -> Path:
-    """One checkpoint folder per training config: a resume never continues a run made with other params."""
+    """One checkpoint folder per training config: a resume never continues a run made with other params. The
+    wall-time budget is not part of it: a call with another budget goes on from the same checkpoints."""
+    train = cfg.train.model_dump(mode="json", exclude={"max_minutes"})
     keyed = {"seed": cfg.project.seed, "top_k": cfg.retrieval.top_k, "model": cfg.model.model_dump(mode="json"),
-             "agent": cfg.agent.model_dump(mode="json"), "train": cfg.train.model_dump(mode="json")}  # fmt: skip
+             "agent": cfg.agent.model_dump(mode="json"), "train": train}  # fmt: skip
     digest = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]
     return artifacts.checkpoints(cfg) / digest
 
