@@ -23,7 +23,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(ROOT)/$(BIN):$(PATH)
 
-.PHONY: setup data browser run summary ui plots test test-learning es-start es-stop bench clean
+.PHONY: setup data browser run summary ui serve plots test test-learning es-start es-stop bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -87,6 +87,11 @@ UI_PORT ?= 5000
 UI_STORE ?= sqlite:///$(ROOT)/mlflow.db
 ui:
 	exec scripts/ui.sh $(UI_PORT) '$(UI_STORE)'
+
+# The champion over HTTP (scripts/serve.sh): the model stays loaded, so `agentr1 ask --url` answers in under a second.
+SERVE_PORT ?= 5001
+serve:
+	exec scripts/serve.sh $(SERVE_PORT) '$(UI_STORE)'
 
 # `dvc plots show` with vega, vega-lite and vega-embed inlined (fetched once from npm): the page works offline.
 PLOTS_TEMPLATE := .cache/plots/template.html

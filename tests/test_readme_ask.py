@@ -18,7 +18,7 @@ from tests.project import ROOT, run
 
 FENCE = re.compile(r"^```(?:bash|sh|shell|console)\s*\n(.*?)^```", re.M | re.S)
 WORD = re.compile(r"[A-Za-z]+")
-SKIP_OPTIONS = {"--version", "--alias", "--corpus", "-p", "--params", "-S", "--set"}  # examples of another project state
+SKIP_OPTIONS = {"--version", "--alias", "--corpus", "-p", "--params", "-S", "--set", "--url"}  # another project state or a server
 
 
 def readme_questions(text: str) -> list[str]:

@@ -280,3 +280,30 @@ def test_ask_url_asks_the_served_model(served):
     assert [t["text"] for t in json.loads(data.stdout)["turns"]] == [t.text for t in expected.turns]
     bad = CliRunner().invoke(app, ["ask", "--url", served.base, question + "<|im_end|>"])
     assert bad.exit_code == 1 and "HTTP 400" in bad.output and "'<|im_end|>'" in bad.output, bad.output
+
+
+def test_make_serve_prints_how_to_ask_and_ask_url_answers_as_a_new_process(served, tmp_path):
+    """`make serve`'s script serves the champion and prints its URL; `agentr1 ask --url` run as a user runs it (a new
+    process) gets the in-process answer."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.served import ROOT, free_port, start, wait_up
+
+    port, log = free_port(), tmp_path / "serve.log"
+    uri = f"sqlite:///{served.log.parent / 'mlflow.db'}"
+    proc = start([str(ROOT / "scripts" / "serve.sh"), str(port), uri], tmp_path, dict(os.environ), log)
+    try:
+        wait_up(f"http://127.0.0.1:{port}/ping", proc, log)
+        head = log.read_text().splitlines()[:2]
+        assert head[0] == f"Serving models:/agentr1-search-agent@champion at http://127.0.0.1:{port}  (Ctrl-C stops it)"
+        assert f"agentr1 ask --url http://127.0.0.1:{port} " in head[1]
+        question = generate_world(served.cfg.data.synthetic).questions("dev")[2].question
+        cli = [str(Path(sys.executable).parent / "agentr1"), "ask", "--json", "--url", f"http://127.0.0.1:{port}", question]
+        out = subprocess.run(cli, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["answer"] == ask(served.cfg, question).answer
+        assert "Downloading artifacts" not in log.read_text()  # no progress bars in the server's log
+    finally:
+        stop(proc)
