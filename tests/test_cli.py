@@ -83,3 +83,4 @@ def test_summary_shows_em_per_system_and_set_the_champion_and_where_to_look(tmp_
     assert "agentr1-search-agent v2: not promoted, champion stays v1" in text
     assert str(art / "eval" / "report.html") in text and "make ui" in text
     assert 'agentr1 ask "Who is the rival of Kepa?"' in text  # a question the agent answered right, in its own world
+    assert "make serve" in text and "agentr1 ask --url http://127.0.0.1:5001" in text

@@ -32,7 +32,8 @@ def render(cfg: Config) -> str:
               "MLflow UI: make ui  (runs, metrics, the registered model and its champion)"]
     example = _answered(cfg)
     if example:
-        lines.append(f'Ask it:    agentr1 ask "{example}"')
+        lines += [f'Ask it:    agentr1 ask "{example}"',
+                  "           (or `make serve`, then `agentr1 ask --url http://127.0.0.1:5001 ...`: the model stays loaded)"]
     return "\n".join(lines)
 
 
