@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -17,7 +20,8 @@ import pytest
 from components.config import parse_config
 from components.data.synthetic import generate_world
 from components.serving.ask import ask
-from tests.served import PARAMS, PRIMED, index_world, primed_cfg, register_champion, serve, stop, tree_cpu_s
+from tests.served import (PARAMS, PRIMED, ROOT, free_port, index_world, primed_cfg, register_champion, serve, start, stop,
+                          tree_cpu_s, wait_up)  # fmt: skip
 
 
 @dataclass
@@ -285,12 +289,6 @@ def test_ask_url_asks_the_served_model(served):
 def test_make_serve_prints_how_to_ask_and_ask_url_answers_as_a_new_process(served, tmp_path):
     """`make serve`'s script serves the champion and prints its URL; `agentr1 ask --url` run as a user runs it (a new
     process) gets the in-process answer."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.served import ROOT, free_port, start, wait_up
-
     port, log = free_port(), tmp_path / "serve.log"
     uri = f"sqlite:///{served.log.parent / 'mlflow.db'}"
     proc = start([str(ROOT / "scripts" / "serve.sh"), str(port), uri], tmp_path, dict(os.environ), log)
