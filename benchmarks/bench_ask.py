@@ -24,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 from tests.served import free_port, start, stop, wait_up  # noqa: E402
 
 QUESTION = "Who is the neighbor of the rival of Goretu?"
@@ -43,14 +44,6 @@ def wall(cmd: list[str], env: dict) -> tuple[float, str]:
     if out.returncode:
         raise SystemExit(f"bench_ask: {' '.join(cmd[:3])} failed: {(out.stderr or out.stdout).strip()[-400:]}")
     return time.perf_counter() - t0, out.stdout
-
-
-def machine() -> str:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), "?")  # fmt: skip
-    flags = Path("/proc/cpuinfo").read_text().split("flags", 1)[1].split("\n", 1)[0].split()
-    isa = ", ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags)
-    return f"{cpu} ({isa}), {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
 
 
 def main() -> None:
@@ -82,7 +75,7 @@ def main() -> None:
             rows.setdefault("agentr1 ask --url (served champion)", []).append(wall(served, env)[0])
     finally:
         stop(proc)
-    print(f"# bench_ask: {machine()}, {time.strftime('%Y-%m-%d')}, {args.repeats} rounds\n")
+    print(f"# bench_ask: {cpu_line()}, load average {os.getloadavg()[0]:.1f} at start, {time.strftime('%Y-%m-%d')}, {args.repeats} rounds\n")
     print(f"Question: {args.question!r}; answer {first['answer']!r}; model: {first['model_name']} v{first['model_version']}\n")
     print("| process | median s | min s |\n|---|---|---|")
     for name, xs in rows.items():

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import torch
+from machine import cpu_line  # benchmarks/machine.py
 from transformers import AutoModelForCausalLM, DynamicCache, StaticCache
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -47,7 +48,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     ids = torch.randint(100, 1000, (args.batch, args.prompt), generator=torch.Generator().manual_seed(0))
     print(f"# bench_compile: {args.model.name}, batch {args.batch}, prompt {args.prompt}, {args.steps} decode steps, "
-          f"{args.threads} threads, torch {torch.__version__}, load average {os.getloadavg()[0]:.1f} at start\n")
+          f"{args.threads} threads, torch {torch.__version__}, {cpu_line()}, load average {os.getloadavg()[0]:.1f} at start\n")
     print("| dtype | eager StaticCache tok/s | compiled StaticCache tok/s | compile + first step s | plain DynamicCache tok/s |")
     print("|---|---|---|---|---|")
     for name in args.dtypes:

@@ -27,6 +27,7 @@ from tests.served import (PARAMS, PRIMED, ROOT, free_port, index_world, primed_c
 @dataclass
 class Served:
     cfg: object
+    uri: str  # the registry's tracking URI
     base: str
     proc: object
     log: Path
@@ -67,7 +68,7 @@ def served(tmp_path_factory):
         (root / "elsewhere").mkdir()  # the served model finds its index by the absolute path it carries
         proc, base = serve(uri, root / "elsewhere", root / "serve.log")
         try:
-            yield Served(cfg, base, proc, root / "serve.log")
+            yield Served(cfg, uri, base, proc, root / "serve.log")
         finally:
             stop(proc)
 
@@ -290,8 +291,7 @@ def test_make_serve_prints_how_to_ask_and_ask_url_answers_as_a_new_process(serve
     """`make serve`'s script serves the champion and prints its URL; `agentr1 ask --url` run as a user runs it (a new
     process) gets the in-process answer."""
     port, log = free_port(), tmp_path / "serve.log"
-    uri = f"sqlite:///{served.log.parent / 'mlflow.db'}"
-    proc = start([str(ROOT / "scripts" / "serve.sh"), str(port), uri], tmp_path, dict(os.environ), log)
+    proc = start([str(ROOT / "scripts" / "serve.sh"), str(port), served.uri], tmp_path, dict(os.environ), log)
     try:
         wait_up(f"http://127.0.0.1:{port}/ping", proc, log)
         head = log.read_text().splitlines()[:2]
