@@ -238,6 +238,10 @@ class RewardConfig(Section):
     supporting: float = Field(default=0.0, description="process reward: call retrieved a new supporting passage")
     new_info: float = Field(default=0.0, description="process reward: call retrieved any passage not seen before")
     search_cost: float = Field(default=0.0, ge=0, description="cost per search call")
+    process_needs_answer: bool = Field(
+        default=False, description="a call's bonuses (valid_call, new_info, supporting) count only if the episode "
+        "ends with an answer, so searching without answering earns nothing; penalties always count",
+    )  # fmt: skip
 
 
 class AgentConfig(Section):

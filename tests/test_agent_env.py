@@ -66,6 +66,24 @@ def test_episode_rewards_and_end(backend):
         env.step([eps[0]], ["<answer>x</answer>"])
 
 
+def test_call_bonuses_need_an_answer_when_asked(backend):
+    """process_needs_answer: an episode that runs out of turns keeps its penalties but gives its bonuses back, so
+    searching without answering earns nothing; an answered one keeps them. rescore replays the same totals."""
+    w = dict(supporting=0.5, new_info=0.1, invalid_call=0.2)
+    env = make_env(backend, process_needs_answer=True, **w)
+    eps = [env.reset(Q) for _ in range(2)]
+    env.step(eps, [call("Bavo rival"), call("Bavo rival")])
+    env.step(eps, ["garbage", "<answer>Dozi</answer>"])
+    env.step(eps[:1], [call("Kelitu mentor")])  # the third turn, no answer
+    lost, won = eps
+    assert lost.process_rewards == pytest.approx([0.6, -0.2, 0.6]) and lost.outcome == pytest.approx(-1.2)
+    assert lost.total_reward == pytest.approx(-0.2)
+    assert won.total_reward == pytest.approx(0.6 + 1.0)
+    for ep in eps:
+        assert ep.rescore(env.cfg.reward) == pytest.approx(ep.total_reward)
+    assert lost.rescore(RewardConfig(**w)) == pytest.approx(0.6 - 0.2 + 0.6)  # the gate off: bonuses stay
+
+
 def test_support_recall_and_answer_seen_follow_the_searches(backend):
     """What an episode's searches found of the gold: the share of supporting passages, and whether a gold answer
     was in an observation (the step logs their means next to EM)."""

@@ -102,6 +102,14 @@ def test_multi_node_and_extra_overrides(tmp_path, monkeypatch):
     assert o[-1] == "trainer.val_only=true"
 
 
+def test_a_reward_verl_cannot_pay_is_refused_by_name(tmp_path):
+    cfg = make_cfg(tmp_path)
+    cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"reward": cfg.agent.reward.model_copy(
+        update={"process_needs_answer": True})})})  # fmt: skip
+    with pytest.raises(launch.LaunchError, match="agent.reward.process_needs_answer"):
+        launch.overrides(cfg)
+
+
 @pytest.mark.parametrize(("override", "named"), [("trainer.no_such_key=1", "no_such_key"), ("trainer.total_epochs=[abc", r"\[abc")])
 def test_verl_rejects_a_bad_override_with_its_message(tmp_path, monkeypatch, override, named):
     v = VerlConfig(extra_overrides=[override])  # a key verl lacks; a value Hydra cannot parse

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from components.agent.observation import error_observation
 from components.agent.parser import Action, Answer, Malformed, ToolCall, parse_turn
-from components.agent.rewards import exact_match, f1, outcome_reward, process_reward, sub_exact_match
+from components.agent.rewards import exact_match, f1, outcome_reward, process_reward, sub_exact_match, unearned_bonus
 from components.agent.tools import Tool, ToolResult, validate_arguments
 from components.config import AgentConfig, RewardConfig
 from components.data.schema import Question
@@ -63,10 +63,14 @@ class Episode:
     def rescore(self, w: RewardConfig) -> float:
         """The total reward this episode would have earned under weights `w` (its answer and calls replayed)."""
         seen, total = set(self.first_ids), 0.0
+        rewards = []
         for valid, ids in self.calls:
-            total += process_reward(valid, ids, seen, self.question.supporting_ids, w)
+            rewards.append(process_reward(valid, ids, seen, self.question.supporting_ids, w))
             seen.update(ids)
-        return total + outcome_reward(self.answer, self.question.answers, w)
+        outcome = outcome_reward(self.answer, self.question.answers, w)
+        if self.answer is None:
+            outcome -= unearned_bonus(rewards, w)
+        return sum(rewards) + outcome
 
 
 @dataclass(frozen=True)
@@ -172,3 +176,4 @@ class ToolEnv:
         """End an episode without an answer (max turns or max tokens): the format penalty applies."""
         ep.done = True
         ep.outcome = outcome_reward(None, ep.question.answers, self.cfg.reward)
+        ep.outcome -= unearned_bonus(ep.process_rewards, self.cfg.reward)

@@ -99,3 +99,9 @@ def process_reward(
     if set(new) & set(supporting_ids):
         r += w.supporting
     return r
+
+
+def unearned_bonus(process_rewards: Iterable[float], w: RewardConfig) -> float:
+    """With `process_needs_answer`, the call bonuses an episode that ended without an answer gives back (taken off
+    its outcome, so its total is the no-answer outcome plus its penalties); else 0."""
+    return sum(max(r, 0.0) for r in process_rewards) if w.process_needs_answer else 0.0
