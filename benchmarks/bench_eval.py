@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import platform
 import resource
 import time
 
@@ -25,6 +24,7 @@ from components.evaluation.evaluate import SYSTEMS
 from components.retrieval.factory import make_backend
 from components.rollout.engine import RolloutStats
 from components.rollout.evaluate import evaluate_agent, summarize
+from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 
 
 def peak_rss_mb() -> float:
@@ -60,7 +60,7 @@ def main() -> None:
     # the same script runs against the engine before token-budget batching (no batch_tokens argument)
     budget = {"batch_tokens": args.batch_tokens} if "batch_tokens" in inspect.signature(evaluate_agent).parameters else {}
     rows = [{"system": "(model loaded)", "peak_rss_mb": round(peak_rss_mb())}]
-    print(f"{len(qs)} {args.dataset} questions, {platform.machine()} {torch.get_num_threads()} threads, "
+    print(f"{len(qs)} {args.dataset} questions, {cpu_line()}, {torch.get_num_threads()} threads, "
           f"{args.dtype}, {budget or 'one batch'}; model loaded, peak RSS {rows[0]['peak_rss_mb']} MB", flush=True)
     for system in args.systems:
         stats = RolloutStats()

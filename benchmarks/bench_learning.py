@@ -10,8 +10,6 @@ so it is measured here, with nothing else running:
 from __future__ import annotations
 
 import json
-import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
@@ -24,12 +22,13 @@ from components.env import apply_defaults  # noqa: E402
 apply_defaults(ROOT)  # before torch computes anything (MKL_CBWR), as the test's conftest does
 
 from tests.test_learning import learn  # noqa: E402
+from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         run = learn(Path(tmp), prime="--prime" in sys.argv[1:])
-    run["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    run["machine"] = cpu_line()
     run["total_s"] = round(run["setup_s"] + run["train_s"], 1)
     print(json.dumps(run))
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import platform
 import random
 import subprocess
 import time
@@ -37,13 +36,7 @@ from components.rollout.chat import ChatFormat
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.evaluate import episode_prompts, make_env
 from components.tracking.tracker import NullTracker  # noqa: F401  (Trainer's tracker-free use)
-
-
-def cpu_line() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
-    flags = set(next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), []))
-    kinds = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-    return f"{model or platform.processor()}, {torch.get_num_threads()} threads, flags: {' '.join(kinds)}"
+from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 
 
 def flops_per_token(model) -> float:
@@ -203,7 +196,7 @@ def main() -> None:
         rows += bench_model(name, sets, args.batches, args.group, args.rl_questions, args.threads)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     gpu = f"; GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}" if torch.cuda.is_available() else ""
-    header = f"Machine: {cpu_line()}{gpu}. Date: {datetime.date.today()}. Commit: {commit}."
+    header = f"Machine: {cpu_line()}, {torch.get_num_threads()} threads{gpu}. Date: {datetime.date.today()}. Commit: {commit}."
     print(markdown(rows, header))
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import resource
 import time
@@ -23,6 +22,7 @@ from components.data.prepare import read_questions
 from components.model.loading import load_model, pick_device
 from components.retrieval.factory import make_backend
 from components.rl.train import Trainer
+from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 
 VARIANTS = {
     "fp32": {"model.autocast": False, "train.trainable_layers": None, "train.gradient_checkpointing": False},
@@ -64,7 +64,7 @@ def main() -> None:
             "answered": metrics["answered"], "searches": metrics["searches"],
         })  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
-    print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads; "
+    print(f"machine: {cpu_line()}, {torch.get_num_threads()} threads; "
           f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")  # fmt: skip
 
 

@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ import psutil  # noqa: E402  (a dependency of dvc)
 
 from components.data.synthetic import generate_world  # noqa: E402
 from tests.served import free_port, primed_cfg, start, stop, wait_up  # noqa: E402
+from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 
 # Run by each code tree, in the temporary project: log the primed agent with that tree's code, make it champion.
 REGISTER = """
@@ -223,9 +223,7 @@ def run_code(code: Path, label: str, workers: list[int], levels: list[int], n: i
 
 
 def machine() -> str:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())  # fmt: skip
-    return f"{cpu}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
+    return f"{cpu_line()}, load average {os.getloadavg()[0]:.1f} at start"
 
 
 def main() -> None:

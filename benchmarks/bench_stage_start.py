@@ -14,7 +14,6 @@ that imports it and exits, in two ways, alternating, and reports the median wall
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import statistics
 import subprocess
@@ -22,6 +21,7 @@ import sys
 import time
 
 from components.stages import STAGES
+from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 
 PLAIN = "import importlib, sys; importlib.import_module(sys.argv[1])"
 CONSOLE = ("import gc, importlib, sys; gc.disable(); importlib.import_module(sys.argv[1]); gc.freeze(); gc.enable(); "
@@ -38,7 +38,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"{cpu_line()}, Python {platform.python_version()}")
     print(f"{'stage':<15} {'module':<34} {'plain s':>8} {'console s':>9}")
     totals = [0.0, 0.0]
     for name, stage in STAGES.items():

@@ -13,8 +13,6 @@ traces synchronously (components/env.py); the second line measures MLflow's asyn
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +27,7 @@ from components.retrieval.embedded import EmbeddedBackend
 from components.rollout.evaluate import evaluate_agent
 from components.rollout.traces import from_result
 from components.tracking.traces import write_traces
+from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 
 
 def main() -> None:
@@ -64,7 +63,7 @@ def main() -> None:
                 write_traces(episodes[i : i + size], exp, f"bench {i // size}", "evaluate")
         trace_s = time.perf_counter() - t0
     spans = sum(1 + len(r.steps) for r in results)
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads "
+    print(f"machine: {cpu_line()}, torch threads "
           f"{torch.get_num_threads()}")  # fmt: skip
     print(f"evaluation: {len(qs)} episodes in {eval_s:.2f} s ({eval_s / len(qs) * 100:.2f} s per 100)")
     from mlflow.environment_variables import MLFLOW_ENABLE_ASYNC_TRACE_LOGGING

@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
-import platform
 import time
 from pathlib import Path
 
@@ -25,14 +23,9 @@ from components import artifacts
 from components.config import load_config, read_yaml
 from components.env import apply_defaults
 from components.stages import run_stage
+from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 
 SYSTEMS = ["direct", "naive_rag", "pretrained_agent", "base_agent", "agent"]
-
-
-def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())  # fmt: skip
-    return f"{cpu}, {os.cpu_count()} cores, torch threads from train.num_threads"
 
 
 def _metrics(report: dict, system: str) -> dict:
@@ -110,7 +103,7 @@ def main() -> None:
     report = json.loads(metrics.read_text()) if metrics.exists() else {}
     curve = list(csv.DictReader(curve_csv.open())) if curve_csv.exists() else []
     lines = [f"# Real profile (SmolLM2-135M-Instruct, dequantised Q4_1 GGUF), {time.strftime('%Y-%m-%d')}", "",
-             f"Machine: {machine()}. Overrides: {overrides}.", "",
+             f"Machine: {cpu_line()}, torch threads from train.num_threads. Overrides: {overrides}.", "",
              "Wall time: " + (", ".join(f"{k} {v / 60:.1f} min" for k, v in seconds.items()) or "not timed here") + "; "
              f"train steps: {len(curve) - 1 if curve and curve[0]['step'] == '0' else len(curve)}.", ""]  # fmt: skip
     for spec in cfg.evaluate.sets if report else []:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import platform
 import random
 import subprocess
 
@@ -35,6 +34,7 @@ from components.rollout.chat import ChatFormat
 from components.rollout.content import content_entropy
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.evaluate import episode_prompts, make_env
+from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 
 # name -> RewardConfig fields (the rest default to 0 / em)
 SETTINGS = {
@@ -46,14 +46,6 @@ SETTINGS = {
     "f1+supporting": {"answer_metric": "f1", "supporting": 0.5},
     "subem+format+supporting": {"answer_metric": "subem", "valid_call": 0.5, "answer_format": 0.5, "supporting": 0.5},
 }
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        return platform.processor() or "unknown CPU"
 
 
 def sample(cfg, model, tok, questions, group: int, temperature: float, seed: int):
@@ -135,7 +127,7 @@ def main() -> None:
     model, tok = load_model(args.model or artifacts.base_model(cfg), cfg, pick_device(cfg))
     forced = forced_entropy(cfg, model, tok, questions)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    print(f"{cpu_model()}, {args.threads} thread(s); {datetime.date.today()}; commit {commit}; model {args.model}; "
+    print(f"{cpu_line()}, {args.threads} thread(s); {datetime.date.today()}; commit {commit}; model {args.model}; "
           f"force_first_search={cfg.agent.force_first_search}; {args.questions} train questions of {cfg.train.datasets}")
     rows = []
     for temp in args.temperature:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,15 @@ import pytest
 from components.env import apply_defaults
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_benchmark(name: str):
+    """benchmarks/<name>.py as a module, with benchmarks/ on the path as when it runs as a script."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 apply_defaults(ROOT)
 # Two xdist workers, one per core: a test and the processes it starts use one torch thread. (Two threads on a core
 # the other worker is using run a small model's evaluate 2x slower, spinning; docs/testing.md.)

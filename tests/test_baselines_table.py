@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import load_benchmark
 
-spec = importlib.util.spec_from_file_location("baselines", ROOT / "benchmarks" / "baselines.py")
-baselines = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(baselines)
+baselines = load_benchmark("baselines")
 
 
 @pytest.mark.parametrize("k,n", [(0, 8), (2, 8), (8, 8), (57, 300), (150, 300)])

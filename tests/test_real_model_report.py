@@ -3,14 +3,11 @@ per set and, for the synthetic world, per number of hops."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
-from tests.conftest import ROOT
+from tests.conftest import load_benchmark
 
-spec = importlib.util.spec_from_file_location("real_model", ROOT / "benchmarks" / "real_model.py")
-real_model = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(real_model)
+real_model = load_benchmark("real_model")
 
 
 def test_paired_bootstrap_brackets_the_mean_difference():
