@@ -342,6 +342,10 @@ class ModelConfig(Section):
         default="masked", description="masked: only format tokens are targets; drawn: the later queries' and the "
         "answer's text are targets too, each a name drawn from the transcript's own results (which never hold a gold)",
     )  # fmt: skip
+    warmup_queries: Literal["any", "linked"] = Field(
+        default="any", description="any: a later query is any name the results showed; linked: a name that a passage "
+        "about an entity already asked about mentions, plus a relation word of the question (with drawn content)",
+    )  # fmt: skip
     warmup_probe_every: int = Field(default=4, ge=1, description="steps between probes (sampled episodes)")
     warmup_probe_questions: int = Field(default=16, ge=1, description="held-out train questions a probe samples")
     warmup_probe_samples: int = Field(default=2, ge=1, description="episodes per probe question")

@@ -63,13 +63,14 @@ def _runs(ids: list[int], targets: list[int]) -> list[list[int]]:
     return runs + ([cur] if cur else [])
 
 
-@pytest.fixture(scope="module", params=[(False, "masked"), (True, "masked"), (True, "drawn")],
-                ids=["searching", "forced_first_search", "drawn_content"])  # fmt: skip
+@pytest.fixture(scope="module", params=[(False, "masked", "any"), (True, "masked", "any"), (True, "drawn", "any"),
+                                        (True, "drawn", "linked")],
+                ids=["searching", "forced_first_search", "drawn_content", "drawn_linked_queries"])  # fmt: skip
 def made(request, shipped):
     cfg, train, backend, titles, tok = shipped
-    forced, content = request.param
-    cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"force_first_search": forced}),
-                                 "model": cfg.model.model_copy(update={"warmup_content": content})})  # fmt: skip
+    forced, content, queries = request.param
+    model = cfg.model.model_copy(update={"warmup_content": content, "warmup_queries": queries})
+    cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"force_first_search": forced}), "model": model})
     chat = ChatFormat.for_agent(tok, cfg.agent)
     return cfg, chat, train, warmup.transcripts(train, backend, chat, cfg, titles, random.Random(0))
 
@@ -123,7 +124,8 @@ def test_only_format_tokens_are_targets(made):
 def test_drawn_content_is_names_from_the_results(made):
     """With drawn content every token the model writes is a target; each later query is a name shown in an
     earlier result plus a word of the question, and the answer is a name the last result shows, not one the
-    question holds."""
+    question holds. With linked queries the name is in a passage about an entity asked about before, and the word is
+    one of the question's relation words."""
     cfg, chat, _, made_ = made
     if cfg.model.warmup_content != "drawn":
         pytest.skip("masked content: test_only_format_tokens_are_targets")
@@ -139,6 +141,12 @@ def test_drawn_content_is_names_from_the_results(made):
             name, word = json.loads(quoted).rsplit(" ", 1)
             query = f"{name} {word}"
             assert word in words and any(_named(r, name) for r in results), (q.id, query)
+            if cfg.model.warmup_queries == "linked" and q.dataset == "synthetic":  # one entity per passage, its title
+                asked = [q.question, *(json.loads(x).rsplit(" ", 1)[0] for x in re.findall(r'"query": ("(?:[^"\\]|\\.)*")}}', text))]
+                hits = [h for r in results for h in re.split(r"(?m)^\[\d+\] ", r)[1:]]  # "title: text"
+                titles_naming = [h.split(":", 1)[0] for h in hits if _named(h.split(":", 1)[-1], name)]
+                assert word in warmup.relation_words(q.question), (q.id, query)
+                assert any(_named(a, t) for t in titles_naming for a in asked), (q.id, query)
             calls += 1
         answer = text[text.rindex(ANSWER_OPEN) + len(ANSWER_OPEN) : text.rindex(ANSWER_CLOSE)]
         assert _named(results[-1], answer) and not _named(q.question, answer), (q.id, answer)

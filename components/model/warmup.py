@@ -8,6 +8,8 @@ for any answer or query. The first query is the question; later queries and the 
 results shown so far (the answer from the last results, never a name the question holds). With
 `model.warmup_content: drawn` that drawn text is taught too, and each later query is a
 drawn name plus a word of the question: the transcripts teach copying a name from the results, never which one.
+With `model.warmup_queries: linked` the name is one a passage about an entity already asked about mentions, and the
+word one of the question's relation words: a hop's shape (follow a link, ask for a relation), on clean passages.
 
 No transcript shows a gold answer or a gold supporting passage's title, except the names the question itself
 contains: the results shown are the top hits that are not supporting passages and mention none of those strings.
@@ -91,6 +93,19 @@ def keywords(question: str) -> list[str]:
     return [w for w in words if w.lower() not in FUNCTION_WORDS] or words
 
 
+def relation_words(question: str) -> list[str]:
+    """The question's keywords that are not capitalised (the relations, not the entities; all keywords if none)."""
+    words = keywords(question)
+    return [w for w in words if not w[0].isupper()] or words
+
+
+def linked_names(hits: Sequence[Hit], asked: Sequence[str], banned: Sequence[str], cut: Callable[[str], str]) -> list[str]:
+    """Names in the text of the hits whose title the question or an earlier query names, other than that title:
+    the entities one link away from what was asked (a hop's shape, never its gold: the hits are clean)."""
+    about = [h for h in hits if any(mentions(a, [h.title]) for a in asked)]
+    return [n for h in about for n in names_in([h], banned, cut) if not mentions(n, [h.title])]
+
+
 # --- transcripts ---------------------------------------------------------------------------------------------
 
 
@@ -133,6 +148,7 @@ class _Draft:
     queried: set[str]
     query: str  # the next search's query
     last: list[str] = field(default_factory=list)  # the names the last results showed
+    linked: list[str] = field(default_factory=list)  # names shown in a passage about an entity asked about
     content: list[int] = field(default_factory=list)
     ok: bool = True
 
@@ -150,6 +166,7 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
     cut = chat.cutter(agent.passage_max_tokens)
     forced = agent.force_first_search
     teach = cfg.model.warmup_content == "drawn"
+    linked = cfg.model.warmup_queries == "linked"
     most = max(0, agent.max_turns - 1)
     drafts = []
     for q in questions:
@@ -175,12 +192,16 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
             d.queried.add(d.query)
             d.last = names_in(shown, d.banned, cut)
             d.names += [n for n in d.last if n not in d.names]
+            if linked:
+                d.linked += [n for n in linked_names(shown, [d.q.question, *d.queried], d.banned, cut) if n not in d.linked]
             d.searches -= 1
-            fresh = [n for n in d.names if n not in d.queried]
+            fresh = [n for n in (d.linked if linked else []) if n not in d.queried] or [
+                n for n in d.names if n not in d.queried]  # fmt: skip
             if fresh:
                 name = rng.choice(fresh)
                 d.queried.add(name)
-                d.query = f"{name} {rng.choice(keywords(d.q.question))}" if teach else name
+                words = (relation_words if linked else keywords)(d.q.question)
+                d.query = f"{name} {rng.choice(words)}" if teach else name
     out = []
     for d in drafts:
         # a name the last results show, neither a gold one nor one the question names
