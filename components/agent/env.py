@@ -62,8 +62,7 @@ class Episode:
 
     def rescore(self, w: RewardConfig) -> float:
         """The total reward this episode would have earned under weights `w` (its answer and calls replayed)."""
-        seen, total = set(self.first_ids), 0.0
-        rewards = []
+        seen, rewards = set(self.first_ids), []
         for valid, ids in self.calls:
             rewards.append(process_reward(valid, ids, seen, self.question.supporting_ids, w))
             seen.update(ids)

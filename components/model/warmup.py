@@ -195,8 +195,8 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
             if linked:
                 d.linked += [n for n in linked_names(shown, [d.q.question, *d.queried], d.banned, cut) if n not in d.linked]
             d.searches -= 1
-            fresh = [n for n in (d.linked if linked else []) if n not in d.queried] or [
-                n for n in d.names if n not in d.queried]  # fmt: skip
+            pool = [n for n in d.linked if n not in d.queried]  # empty unless linked
+            fresh = pool or [n for n in d.names if n not in d.queried]
             if fresh:
                 name = rng.choice(fresh)
                 d.queried.add(name)
