@@ -172,7 +172,8 @@ class ToolEnv:
         return StepResult(action, observation, reward, False)
 
     def truncate(self, ep: Episode) -> None:
-        """End an episode without an answer (max turns or max tokens): the format penalty applies."""
+        """End an episode without an answer (max turns or max tokens): the format penalty applies, and under
+        `process_needs_answer` the call bonuses are given back."""
         ep.done = True
         ep.outcome = outcome_reward(None, ep.question.answers, self.cfg.reward)
         ep.outcome -= unearned_bonus(ep.process_rewards, self.cfg.reward)
