@@ -245,12 +245,15 @@ def _stage_process(served, stage: str):
     import psutil
 
     for flow in psutil.Process(served.pid).children():
-        for proc in flow.children(recursive=True):
-            try:
-                if re.search(rf"agentr1 {stage}$", " ".join(proc.cmdline())):
-                    return flow, proc
-            except psutil.Error:
-                continue
+        try:  # a short-lived child of the runner may exit while it is walked
+            for proc in flow.children(recursive=True):
+                try:
+                    if re.search(rf"agentr1 {stage}$", " ".join(proc.cmdline())):
+                        return flow, proc
+                except psutil.Error:
+                    continue
+        except psutil.Error:
+            continue
     return None, None
 
 
@@ -263,7 +266,10 @@ def _kill_flow_run(served, stage: str, ready, reboot: bool = False, timeout: flo
     while time.monotonic() < deadline:
         flow, proc = _stage_process(served, stage)
         if proc is not None and ready():
-            victims = [*([psutil.Process(served.pid)] if reboot else []), flow, *flow.children(recursive=True)]
+            try:
+                victims = [*([psutil.Process(served.pid)] if reboot else []), flow, *flow.children(recursive=True)]
+            except psutil.NoSuchProcess:  # the run moved on while it was walked: look again
+                continue
             assert proc in victims and proc.is_running()
             for p in victims:
                 try:
