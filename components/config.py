@@ -399,6 +399,12 @@ class RolloutConfig(Section):
         "model.autocast is on, else the policy itself")  # fmt: skip
 
 
+class CurriculumConfig(Section):
+    steps: int = Field(default=0, ge=0, description="the first N steps draw only questions of at least min_hops hops; "
+                       "0 = off")  # fmt: skip
+    min_hops: int = Field(default=2, ge=1, description="hops (gold supporting passages) of the questions drawn first")
+
+
 class MaskConfig(Section):
     loss: bool = Field(default=True, description="policy loss only on action tokens (Agent-R1 loss mask)")
     advantage: bool = Field(default=True, description="advantages over action tokens only (advantage mask)")
@@ -486,6 +492,7 @@ class TrainConfig(Section):
     kl_penalty: Literal["kl", "low_var_kl", "mse", "k1", "k2", "k3", "abs"] = "low_var_kl"
     temperature: float = Field(default=1.0, gt=0)
     mask: MaskConfig = MaskConfig()
+    curriculum: CurriculumConfig = CurriculumConfig()
     eval_every: int = Field(default=20, ge=0, description="steps between held-out dev EM evaluations; 0 = never")
     eval_questions: int = Field(default=200, ge=1)
     target_em: float | None = Field(default=0.9, ge=0, le=1, description="dev EM whose first step is reported")
@@ -579,7 +586,8 @@ class Config(Section):
         if self.train.backend == "verl":
             for key, on in (("agent.force_first_search", self.agent.force_first_search),
                             ("train.entropy_floor", self.train.entropy_floor is not None),
-                            ("train.max_minutes", self.train.max_minutes is not None)):  # fmt: skip
+                            ("train.max_minutes", self.train.max_minutes is not None),
+                            ("train.curriculum.steps", self.train.curriculum.steps > 0)):  # fmt: skip
                 if on:
                     raise ValueError(f"{key} is a local-trainer knob: train.backend=verl does not implement it")
         return self

@@ -480,3 +480,34 @@ def test_the_verl_backend_refuses_a_time_budget(tmp_path):
     raw["train"]["backend"] = "verl"
     with pytest.raises(ValueError, match="train.max_minutes is a local-trainer knob"):
         parse_config(raw)
+
+
+def test_the_verl_backend_refuses_a_curriculum(tmp_path):
+    raw = small_raw(tmp_path, curriculum={"steps": 5})
+    raw["train"]["backend"] = "verl"
+    with pytest.raises(ValueError, match="train.curriculum.steps is a local-trainer knob"):
+        parse_config(raw)
+
+
+def test_a_curriculum_draws_the_longer_questions_first_then_all(tmp_path):
+    """train.curriculum: the first `steps` steps draw only questions of `min_hops` hops or more; later steps draw from
+    every training question; a curriculum no question meets is refused by its key."""
+    raw = small_raw(tmp_path / "art", questions_per_step=8, curriculum={"steps": 6, "min_hops": 2})
+    raw["data"]["synthetic"]["min_hops"] = 1  # a world of 1- and 2-hop questions
+    cfg = parse_config(raw)
+    for stage in (prepare, index, base_model):
+        stage.run(cfg, NullTracker())
+    trainer = train.build_trainer(cfg)
+
+    def hops(questions):
+        return {len(q.supporting_ids) for q in questions}
+
+    assert hops(trainer.train_qs) == {1, 2}
+    drawn = [trainer.sample_questions(step) for step in range(30)]
+    assert all(hops(qs) == {2} for qs in drawn[:6])  # 48 draws from a pool about half 1-hop
+    assert set().union(*map(hops, drawn[6:])) == {1, 2}
+    assert drawn[6:] == [trainer.sample_questions(step) for step in range(6, 30)]  # from (seed, step) alone
+
+    raw["train"]["curriculum"]["min_hops"] = 3
+    with pytest.raises(ValueError, match="train.curriculum.min_hops=3: no train-split question"):
+        train.build_trainer(parse_config(raw))

@@ -57,6 +57,11 @@ def split_questions(questions: Sequence[Question], datasets: Sequence[str], spli
     return [q for q in questions if q.dataset in datasets and q.split == split]
 
 
+def curriculum_pool(questions: Sequence[Question], min_hops: int) -> list[Question]:
+    """The questions of at least `min_hops` hops (one gold supporting passage a hop)."""
+    return [q for q in questions if len(q.supporting_ids) >= min_hops]
+
+
 def mean_of(values: Sequence[float | None]) -> float | None:
     """The mean of the values that are not None (None when none is: the metric is not logged)."""
     kept = [v for v in values if v is not None]
@@ -97,7 +102,8 @@ class Trainer:
 
     def sample_questions(self, step: int) -> list[Question]:
         rng = random.Random(f"{self.cfg.project.seed}:train:{step}")
-        return rng.sample(self.train_qs, min(self.tc.questions_per_step, len(self.train_qs)))
+        pool = curriculum_pool(self.train_qs, self.tc.curriculum.min_hops) if step < self.tc.curriculum.steps else self.train_qs
+        return rng.sample(pool, min(self.tc.questions_per_step, len(pool)))
 
     def step(self, step: int) -> tuple[dict[str, float], list]:
         t0 = time.perf_counter()
@@ -282,6 +288,9 @@ def build_trainer(cfg: Config) -> Trainer:
     train_qs = split_questions(questions, tc.datasets, "train")
     if not train_qs:
         raise ValueError(f"train.datasets={tc.datasets}: no train-split questions in {artifacts.questions(cfg)}")
+    if tc.curriculum.steps and not curriculum_pool(train_qs, tc.curriculum.min_hops):
+        raise ValueError(f"train.curriculum.min_hops={tc.curriculum.min_hops}: no train-split question of "
+                         f"train.datasets={tc.datasets} has that many hops")  # fmt: skip
     eval_sets = {}
     for ds in tc.datasets:
         dev = split_questions(questions, [ds], "dev")[: tc.eval_questions]
