@@ -19,7 +19,6 @@ import argparse
 import json
 import math
 import re
-import subprocess
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from components.data.prepare import read_questions
 from components.env import apply_defaults
 from components.evaluation.evaluate import SYSTEMS, select
 from components.io import write_text
+from components.tracking.runs import commit
 from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 
 CAVEATS = {
@@ -51,15 +51,6 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def commit() -> str:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout
-        return sha + (" (with uncommitted changes)" if dirty.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def evaluate(cfg, system: str, model, tok, qs, backend) -> dict:

@@ -19,7 +19,6 @@ import argparse
 import datetime
 import json
 import random
-import subprocess
 import time
 
 import torch
@@ -36,6 +35,7 @@ from components.rollout.chat import ChatFormat
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.evaluate import episode_prompts, make_env
 from components.tracking.tracker import NullTracker  # noqa: F401  (Trainer's tracker-free use)
+from components.tracking.runs import commit as git_commit
 from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 
 
@@ -194,7 +194,7 @@ def main() -> None:
     for name in args.models:
         sets = args.real_params if name == "real" else args.tiny_params
         rows += bench_model(name, sets, args.batches, args.group, args.rl_questions, args.threads)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = git_commit()
     gpu = f"; GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}" if torch.cuda.is_available() else ""
     header = f"Machine: {cpu_line()}, {torch.get_num_threads()} threads{gpu}. Date: {datetime.date.today()}. Commit: {commit}."
     print(markdown(rows, header))

@@ -71,7 +71,7 @@ def main() -> None:
                                  sorted(lengths)[int(0.95 * (len(lengths) - 1))]))  # fmt: skip
     finally:
         backend.close()
-    print(f"| set | questions (no yes/no) | top_k | passage tokens | answer in results | observation tokens, mean | p95 |")
+    print("| set | questions (no yes/no) | top_k | passage tokens | answer in results | observation tokens, mean | p95 |")
     print("|---|---|---|---|---|---|---|")
     for s, n, k, cut, r, mean, p95 in rows:
         print(f"| {s} | {n} | {k} | {cut} | {r:.3f} | {mean:.0f} | {p95} |")

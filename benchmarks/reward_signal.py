@@ -16,7 +16,6 @@ import argparse
 import datetime
 import json
 import random
-import subprocess
 
 import numpy as np
 import torch
@@ -34,6 +33,7 @@ from components.rollout.chat import ChatFormat
 from components.rollout.content import content_entropy
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.evaluate import episode_prompts, make_env
+from components.tracking.runs import commit as git_commit
 from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 
 # name -> RewardConfig fields (the rest default to 0 / em)
@@ -126,7 +126,7 @@ def main() -> None:
     questions = random.Random(f"signal:{args.seed}").sample(train, args.questions)
     model, tok = load_model(args.model or artifacts.base_model(cfg), cfg, pick_device(cfg))
     forced = forced_entropy(cfg, model, tok, questions)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = git_commit()
     print(f"{cpu_line()}, {args.threads} thread(s); {datetime.date.today()}; commit {commit}; model {args.model}; "
           f"force_first_search={cfg.agent.force_first_search}; {args.questions} train questions of {cfg.train.datasets}")
     rows = []

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def load_benchmark(name: str):
     """benchmarks/<name>.py as a module, with benchmarks/ on the path as when it runs as a script."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
