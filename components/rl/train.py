@@ -102,7 +102,8 @@ class Trainer:
 
     def sample_questions(self, step: int) -> list[Question]:
         rng = random.Random(f"{self.cfg.project.seed}:train:{step}")
-        pool = curriculum_pool(self.train_qs, self.tc.curriculum.min_hops) if step < self.tc.curriculum.steps else self.train_qs
+        cur = self.tc.curriculum
+        pool = curriculum_pool(self.train_qs, cur.min_hops) if step < cur.steps else self.train_qs
         return rng.sample(pool, min(self.tc.questions_per_step, len(pool)))
 
     def step(self, step: int) -> tuple[dict[str, float], list]:
