@@ -90,6 +90,24 @@ def test_ask_champion_prints_calls_and_answer_and_json(project, tmp_path):
     assert f"A: {answer}" in lines and lines[-1].startswith("time: registry ")
 
 
+def test_ask_runs_the_forced_first_search_of_an_agent_trained_with_one(project, tmp_path):
+    """Under agent.force_first_search the environment searches the question before the first turn, in serving as in
+    training; the answer shows that search as its first turn."""
+    params = {"project": {"artifacts_dir": str(tmp_path / "artifacts")}, **PARAMS}
+    params["agent"] = {**PARAMS["agent"], "force_first_search": True}
+    (tmp_path / "params.yaml").write_text(json.dumps(params))
+    project.set_registered_model_alias(NAME, "champion", _register(project))
+    _index(tmp_path)
+    question = _question(tmp_path)
+    out = _cli("ask", "--json", question)
+    assert out.exit_code == 0, out.output
+    first = json.loads(out.stdout)["turns"][0]
+    assert first["text"] == "" and first["call"] == {"name": "search", "arguments": {"query": question}}
+    assert first["observation"].startswith("[1] "), first
+    text = _cli("ask", question)
+    assert text.exit_code == 0 and f"[1] call search(query={question!r})" in text.stdout, text.output
+
+
 def test_ask_errors_are_one_line_naming_the_thing(project, tmp_path):
     QUESTION = "Who is the father of Bavo?"
     def fails(*args):

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from components import artifacts
+from components.agent.env import Episode
 from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, TOOL_CLOSE, TOOL_OPEN, ToolCall, parse_turn
 from components.config import Config
 from components.data.schema import Question
@@ -110,7 +111,7 @@ def run_episodes(model, tok, backend, cfg: Config, questions: Sequence[str], cor
     from components.model.loading import autocast
     from components.rollout.chat import ChatFormat
     from components.rollout.engine import RolloutStats, rollout
-    from components.rollout.evaluate import make_env
+    from components.rollout.evaluate import episode_prompts, make_env
 
     qs = [Question(id=f"ask-{i}", question=q, answers=[], dataset="ask", split="ask", corpus=corpus)
           for i, q in enumerate(questions)]  # fmt: skip
@@ -118,14 +119,18 @@ def run_episodes(model, tok, backend, cfg: Config, questions: Sequence[str], cor
     env = make_env(backend, qs, cfg.agent, cfg.retrieval.top_k, chat)
     stats = RolloutStats()
     with torch.no_grad(), autocast(cfg, model.device):
-        trajs = rollout(model, chat, env, qs, cfg.agent, temperature=0.0, stats=stats, progress=progress)
+        trajs = rollout(model, chat, env, qs, cfg.agent, temperature=0.0, stats=stats, progress=progress,
+                        prompts=episode_prompts(qs, chat, env))  # the forced first search, where the agent has one
     return trajs, stats
 
 
-def turns(log: list[tuple[str, str]]) -> list[Turn]:
-    """An episode's log as turns: each model turn, its parsed call, the environment's answer."""
+def turns(episode: Episode) -> list[Turn]:
+    """An episode as turns: the environment's own first search (agent.force_first_search) as a turn with no text,
+    then each model turn, its parsed call, the environment's answer."""
     out: list[Turn] = []
-    for role, text in log[1:]:
+    if episode.first_search is not None:
+        out.append(Turn("", {"name": "search", "arguments": {"query": episode.question.question}}, episode.first_search))
+    for role, text in episode.log[1:]:
         if role == "assistant":
             action = parse_turn(text)
             call = {"name": action.name, "arguments": action.arguments} if isinstance(action, ToolCall) else None

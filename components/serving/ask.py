@@ -83,7 +83,7 @@ def ask(cfg: Config, question: str, version: int | None = None, alias: str | Non
                "tokens_per_s": stats.tokens_per_s, "total_s": t_agent - t0}  # fmt: skip
     notice = reading_notice(question, KnownWords(tok), cfg.serving.unknown_words)
     ep = traj.episode
-    return Answer(question, ep.answer, target.name, target.version, corpus, about, notice, turns(ep.log), timings)
+    return Answer(question, ep.answer, target.name, target.version, corpus, about, notice, turns(ep), timings)
 
 
 def ask_served(url: str, question: str, timeout_s: float = 120.0) -> Answer:

@@ -70,7 +70,7 @@ class AgentModel(mlflow.pyfunc.PythonModel):
         trajs, _ = run_episodes(self.model, self.tok, self.backend, self.cfg, questions, self.corpus, stop_when_abandoned)
         out = []
         for q, t in zip(questions, trajs):
-            steps = turns(t.episode.log)
+            steps = turns(t.episode)
             out.append({"question": q, "answer": t.episode.answer, "corpus": self.corpus,
                         "searches": sum(s.call is not None for s in steps), "turns": [vars(s) for s in steps],
                         "tokens": t.n_action_tokens, "about": self.about,
