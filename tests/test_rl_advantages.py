@@ -144,3 +144,24 @@ def test_entropy_floor_adds_the_bonus_only_below_the_floor():
     assert step_config(tc, 0.7) is tc
     assert step_config(tc, 0.3).entropy_coef == pytest.approx(0.011)
     assert step_config(TrainConfig(), 0.0).entropy_coef == 0.0  # no floor: never on
+
+
+@pytest.mark.parametrize("algorithm,same", [("grpo", True), ("rloo", True), ("reinforce_plus_plus", False),
+                                            ("reinforce_plus_plus_baseline", False), ("ppo", False)])  # fmt: skip
+def test_which_estimators_the_advantage_mask_changes_on_action_tokens(algorithm, same):
+    """GRPO and RLOO give every token of an episode its group-normalised return, so on the action tokens (all that
+    the loss mask keeps) the advantage is the same with the advantage mask off: that ablation arm trains exactly as
+    the full one. GAE bootstraps through observation tokens and REINFORCE++ whitens over them, so for those it
+    changes the update."""
+    index = np.array(["q", "q", "q", "q"], dtype=object)
+    mask, rew, values = episodes(seed=3, rows=4, width=24)
+    response = torch.zeros_like(mask)
+    for b in range(len(mask)):
+        response[b, : int(mask[b].nonzero().max()) + 1] = 1.0
+    on = TrainConfig(algorithm=algorithm, mask=MaskConfig(advantage=True), lam=0.95, gamma=0.99)
+    off = on.model_copy(update={"mask": MaskConfig(advantage=False)})
+    adv_on, _ = compute_advantages(on, rew, mask, response, index, values)
+    adv_off, _ = compute_advantages(off, rew, mask, response, index, values)
+    acts = mask.bool()
+    assert torch.any(adv_on[acts] != 0)
+    assert torch.equal(adv_on[acts], adv_off[acts]) is same
