@@ -23,7 +23,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(ROOT)/$(BIN):$(PATH)
 
-.PHONY: setup data browser run summary ui serve plots test test-learning es-start es-stop bench clean
+.PHONY: setup data browser run summary ui serve plots test test-learning es-start es-stop bench clean distclean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -118,3 +118,8 @@ bench: setup
 
 clean:
 	rm -rf artifacts mlflow.db mlartifacts .prefect .cache dvc_plots
+
+# Also stops Elasticsearch and removes its install (1.2 GB: .es/, or the temp dir `scripts/es.sh root` names) and the venv.
+distclean: clean
+	scripts/es.sh stop
+	rm -rf "$$(scripts/es.sh root)" $(VENV)
