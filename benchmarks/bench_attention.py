@@ -1,7 +1,7 @@
 """One decode step's attention at SmolLM2-135M's shapes (9 query heads over 3 key/value heads, head dim 64), with
-a per-row length mask as the rollout engine gives it: what `sdpa_gqa` runs (PyTorch SDPA, `enable_gqa`) against
-two matmuls over the grouped heads (each key/value head read once, for its 3 query heads), side by side in one
-process. Also prints the largest difference between the two outputs.
+a per-row length mask as the rollout engine gives it: PyTorch SDPA with `enable_gqa` against
+`components.model.attention.grouped_decode`, two matmuls over the grouped heads (each key/value head read once, for
+its 3 query heads), side by side in one process. Also prints the largest difference between the two outputs.
 
     python benchmarks/bench_attention.py [--rows 64] [--columns 250 700] [--threads 2]
 """
@@ -14,6 +14,8 @@ import time
 import torch
 from machine import cpu_line  # benchmarks/machine.py
 
+from components.model.attention import grouped_decode
+
 HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64
 
 
@@ -22,12 +24,8 @@ def sdpa_gqa(q, k, v, mask):
 
 
 def grouped_matmul(q, k, v, mask):
-    """q [B, H, 1, D] as [B, KV, H/KV, D]: query head h reads key/value head h // (H/KV), as repeat_kv orders them."""
-    b, h, _, d = q.shape
-    kv = k.shape[1]
-    scores = torch.matmul(q.view(b, kv, h // kv, d), k.transpose(-1, -2)) * d**-0.5
-    scores = scores.float().masked_fill(~mask.view(b, 1, 1, -1), torch.finfo(torch.float32).min)
-    return torch.matmul(scores.softmax(-1).to(q.dtype), v).view(b, h, 1, d)
+    """What sdpa_gqa runs for a decode step now, in SDPA's output layout [B, H, 1, D]."""
+    return grouped_decode(q, k, v, mask, None).transpose(1, 2)
 
 
 def ms_per_call(fn, *args, repeats: int) -> float:
