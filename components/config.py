@@ -391,6 +391,9 @@ class RolloutConfig(Section):
         default=0.5, ge=0, le=1, description="a decode step runs over every row when this share decodes, else over "
         "the decoding rows alone (their cache rows gathered)")  # fmt: skip
     prefill_tokens: int = Field(default=4096, ge=1, description="rows x columns per prefill forward (bounds memory)")
+    prefill_bucket: float = Field(
+        default=0.75, ge=0, le=1, description="a prefill groups rows whose chunk is at least this share of the "
+        "group's longest (less padding; 0 = one padded batch)")  # fmt: skip
     compact_fraction: float = Field(
         default=0.5, ge=0, lt=1, description="once no episode is queued and at most this share of the rows hold "
         "episodes, the cache shrinks to those rows (one copy; decode steps then run over few, contiguous rows); 0: never")  # fmt: skip

@@ -17,6 +17,7 @@ from components.rollout.chat import ChatFormat
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.evaluate import make_env
 from components.rollout.reference import reference_rollout
+from components.rollout.slots import SlotModel
 
 PRIMED = Path(__file__).parent / "fixtures" / "primed"
 WORLD_SEED = 20251 + 7  # the learning test's world: the primed model's tokenizer and format were made on it
@@ -53,7 +54,8 @@ def toy(tmp_path_factory):
 @pytest.mark.parametrize("attention", ["sdpa", "sdpa_gqa"])
 @pytest.mark.parametrize("engine", [RolloutConfig(), RolloutConfig(max_rows=3, refill_fraction=0.0),
                                     RolloutConfig(max_rows=5, refill_fraction=1.0, full_step_fraction=1.0),
-                                    RolloutConfig(compact_fraction=0.0), RolloutConfig(compact_fraction=0.95)])
+                                    RolloutConfig(compact_fraction=0.0), RolloutConfig(compact_fraction=0.95),
+                                    RolloutConfig(prefill_bucket=0.0), RolloutConfig(prefill_bucket=1.0)])
 def test_greedy_episodes_equal_the_reference(toy, attention, engine):
     import components.model.attention  # noqa: F401  (registers sdpa_gqa)
 
@@ -91,3 +93,22 @@ def test_a_prefilled_answer_tag_matches_the_reference(toy):
     want = reference_rollout(toy.model, toy.chat, toy.env(), qs, toy.agent, prefill="<answer>")
     got = rollout(toy.model, toy.chat, toy.env(), qs, toy.agent, temperature=0.0, prefill="<answer>")
     assert [g.input_ids for g in got] == [w.input_ids for w in want]
+
+
+def test_prefill_groups_rows_by_chunk_length_with_the_logits_and_cache_of_one_padded_batch(toy):
+    """Chunks of 40, 5, 37 and 6 tokens: with `prefill_bucket` 0.75 they go in two forwards (40 + 37, then 6 + 4),
+    with 0 in one padded forward; each row's logits and cached keys are the same either way."""
+    gen = torch.Generator().manual_seed(0)
+    chunks = [torch.randint(10, 200, (n,), generator=gen).tolist() for n in (40, 5, 37, 6)]
+    out = {}
+    for bucket in (0.0, 0.75):
+        slots = SlotModel(toy.model, 4, 64, RolloutConfig(prefill_bucket=bucket))
+        with torch.no_grad():
+            logits = slots.prefill([0, 1, 2, 3], chunks, toy.chat.pad_id)
+        keys = slots.cache.layers[0].keys
+        out[bucket] = (logits, [keys[i, :, : len(c)] for i, c in enumerate(chunks)], slots.calls, slots.lens.tolist())
+    (one, one_keys, one_calls, one_lens), (two, two_keys, two_calls, two_lens) = out[0.0], out[0.75]
+    assert (one_calls, two_calls) == (1, 2)
+    assert one_lens == two_lens == [40, 5, 37, 6]
+    assert torch.allclose(one, two, atol=1e-4)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(one_keys, two_keys))

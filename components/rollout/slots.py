@@ -46,8 +46,22 @@ class SlotModel:
         return out.last_hidden_state
 
     def prefill(self, rows: list[int], chunks: list[list[int]], pad_id: int) -> torch.Tensor:
-        """Append `chunks[i]` to slot `rows[i]`; the logits after each chunk's last token. Long chunks go through
-        `prefill_tokens // rows` columns at a time (bounds the attention scores)."""
+        """Append `chunks[i]` to slot `rows[i]`; the logits after each chunk's last token. Rows go in groups of
+        similar chunk length (`rollout.prefill_bucket`), so short chunks are not padded to the longest one."""
+        order = sorted(range(len(rows)), key=lambda i: -len(chunks[i]))
+        groups, logits = [[order[0]]], [None] * len(rows)
+        for i in order[1:]:
+            if len(chunks[i]) < self.ec.prefill_bucket * len(chunks[groups[-1][0]]):
+                groups.append([])
+            groups[-1].append(i)
+        for g in groups:
+            for i, row in zip(g, self._prefill([rows[i] for i in g], [chunks[i] for i in g], pad_id)):
+                logits[i] = row
+        return torch.stack(logits)
+
+    def _prefill(self, rows: list[int], chunks: list[list[int]], pad_id: int) -> torch.Tensor:
+        """One padded batch of chunks. Long chunks go through `prefill_tokens // rows` columns at a time (bounds the
+        attention scores)."""
         n = max(len(c) for c in chunks)
         ids = torch.full((len(rows), n), pad_id, dtype=torch.long)
         real = torch.zeros(len(rows), n, dtype=torch.bool)
