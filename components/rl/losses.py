@@ -43,7 +43,9 @@ def policy_logprobs(
     logits = head(hidden[sel]).float() / temperature
     logp = torch.zeros(mask.shape, dtype=logits.dtype, device=logits.device)
     entropy = torch.zeros_like(logp)
-    logp = logp.masked_scatter(sel, verl_F.logprobs_from_logits(logits, batch.responses[sel]))
+    # As one [1, N, V] row: verl's CPU path (logprobs_from_logits_v2) loops over the first dimension, one logsumexp
+    # and its backward per token when given [N, V].
+    logp = logp.masked_scatter(sel, verl_F.logprobs_from_logits(logits[None], batch.responses[sel][None])[0])
     entropy = entropy.masked_scatter(sel, verl_F.entropy_from_logits(logits))
     return logp, entropy
 
