@@ -3,6 +3,7 @@ prefills (some rows, padded chunks), full decode steps (every row), subset decod
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from components.rollout.kv_cache import MIN_WIDTH, SlotCache, WritePlan
@@ -37,10 +38,13 @@ def test_every_row_holds_its_own_columns_through_prefills_steps_copies_and_growt
 
     def step_all(advance: list[int]):
         pos = torch.tensor(lens)
-        cache.plan = WritePlan(pos, max(lens) + 1)
+        cache.plan = WritePlan(pos, cache.step_width(max(lens) + 1))
         for layer in range(LAYERS):
             k, v = _kv(ROWS, 1, gen)
-            cache.update(k, v, layer)
+            got_k, got_v = cache.update(k, v, layer)
+            # the whole buffer, as one strided batch: attention's matmuls read it without copying it
+            assert got_k.data_ptr() == cache.layers[layer].keys.data_ptr() and got_k.is_contiguous()
+            assert got_v.data_ptr() == cache.layers[layer].values.data_ptr() and got_v.is_contiguous()
             for r in advance:
                 want[layer][r].append((k[r, :, 0], v[r, :, 0]))
         for r in advance:
@@ -56,10 +60,19 @@ def test_every_row_holds_its_own_columns_through_prefills_steps_copies_and_growt
     for layer in range(LAYERS):
         want[layer][2] = list(want[layer][0])
     step_all(advance=[0, 1, 2, 3, 4])
-    assert cache.layers[0].keys.shape[2] >= max(lens)
+    assert cache.layers[0].keys.shape[2] == 2 * MIN_WIDTH  # grown to the next multiple of MIN_WIDTH, no further
     for layer in range(LAYERS):
         for r in range(ROWS):
             keys = cache.layers[layer].keys[r, :, : lens[r]]
             values = cache.layers[layer].values[r, :, : lens[r]]
             assert torch.equal(keys, torch.stack([c[0] for c in want[layer][r]], 1)), (layer, r)
             assert torch.equal(values, torch.stack([c[1] for c in want[layer][r]], 1)), (layer, r)
+
+
+def test_a_step_over_every_slot_refuses_a_width_other_than_the_buffers():
+    cache = SlotCache(LAYERS, ROWS, max_len=4 * MIN_WIDTH)
+    cache.plan = WritePlan(torch.zeros(ROWS, dtype=torch.long), cache.step_width(1))
+    cache.update(*_kv(ROWS, 1, torch.Generator().manual_seed(0)), 0)
+    cache.plan = WritePlan(torch.ones(ROWS, dtype=torch.long), 2)
+    with pytest.raises(ValueError, match=r"whole buffer \(64 columns"):
+        cache.update(*_kv(ROWS, 1, torch.Generator().manual_seed(1)), 0)

@@ -2,8 +2,10 @@
 
 Rows never share a column layout, so there are no padding holes and nothing is concatenated per token: a decode
 step writes one column per row at that row's length; a prefill writes a few rows' new tokens and reads those rows
-back (`plan`). Attention sees columns [0, width) with a mask per row (the engine builds it). The buffer's width
-doubles when a row outgrows it, up to the engine's `max_len`.
+back (`plan`). Attention sees columns [0, width) with a mask per row (the engine builds it). The buffer grows by
+`MIN_WIDTH` columns at a time, up to the engine's `max_len`, and a step over every slot attends over the whole
+buffer (`SlotCache.step_width`): a narrower slice of it is not one strided batch, and CPU matmuls copy such a slice
+of the whole cache in every layer (3x the attention's own time at 700 columns, docs/rollout-engine.md).
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-MIN_WIDTH = 64  # columns
+MIN_WIDTH = 64  # columns; the buffer's width is a multiple of it
+
+
+def grown(current: int, needed: int, max_len: int) -> int:
+    """The buffer width that holds `needed` columns: `current` when it does, else `needed` rounded up."""
+    if needed <= current:
+        return current
+    return min(max_len, -(-needed // MIN_WIDTH) * MIN_WIDTH)
 
 
 @dataclass
@@ -40,7 +49,7 @@ class SlotLayer(CacheLayerMixin):
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         c = self.cache
-        shape = (c.slots, key_states.shape[1], min(c.max_len, MIN_WIDTH), key_states.shape[-1])
+        shape = (c.slots, key_states.shape[1], grown(0, c.plan.width, c.max_len), key_states.shape[-1])
         self.keys = key_states.new_zeros(shape)
         self.values = value_states.new_zeros(shape)
         self.dtype, self.device = key_states.dtype, key_states.device
@@ -52,11 +61,14 @@ class SlotLayer(CacheLayerMixin):
         plan = self.cache.plan
         if plan.width > self.keys.shape[2]:
             self._grow(plan.width)
-        if plan.rows is None:  # one column per slot
+        if plan.rows is None:  # one column per slot, attending over the whole buffer
+            if plan.width != self.keys.shape[2]:
+                raise ValueError(f"a step over every slot must attend over the whole buffer "
+                                 f"({self.keys.shape[2]} columns, from SlotCache.step_width), not {plan.width}")  # fmt: skip
             slots = torch.arange(self.keys.shape[0], device=self.keys.device)
             self.keys[slots, :, plan.positions] = key_states[:, :, 0]
             self.values[slots, :, plan.positions] = value_states[:, :, 0]
-            return self.keys[:, :, : plan.width], self.values[:, :, : plan.width]
+            return self.keys, self.values
         i, j = torch.nonzero(plan.real, as_tuple=True)
         rows, cols = plan.rows[i], plan.positions[i, j]
         self.keys[rows, :, cols] = key_states[i, :, j]
@@ -64,8 +76,7 @@ class SlotLayer(CacheLayerMixin):
         return self.keys[plan.rows, :, : plan.width], self.values[plan.rows, :, : plan.width]
 
     def _grow(self, width: int) -> None:
-        c = self.cache
-        new = min(c.max_len, max(width, 2 * self.keys.shape[2]))
+        new = grown(self.keys.shape[2], width, self.cache.max_len)
         keys = self.keys.new_zeros((*self.keys.shape[:2], new, self.keys.shape[-1]))
         values = self.values.new_zeros(keys.shape)
         keys[:, :, : self.keys.shape[2]] = self.keys
@@ -96,6 +107,12 @@ class SlotCache(Cache):
         self.slots, self.max_len = slots, max_len
         self.plan: WritePlan | None = None
         super().__init__(layers=[SlotLayer(self) for _ in range(num_layers)])
+
+    def step_width(self, needed: int) -> int:
+        """The columns a step over every slot attends over when its rows need `needed`: the buffer's width after
+        it grows to hold them."""
+        layer = self.layers[0]
+        return grown(layer.keys.shape[2] if layer.is_initialized else 0, needed, self.max_len)
 
     def copy_rows(self, src: list[int], dst: list[int], width: int) -> None:
         """Slots `dst` get the first `width` columns of slots `src` (episodes that share a prompt)."""

@@ -97,7 +97,7 @@ class SlotModel:
             ids = torch.full((self.n,), pad_id, dtype=torch.long, device=self.device)
             ids[rows] = tokens
             pos = self.lens.clone()
-            width = int(pos.max()) + 1
+            width = self.cache.step_width(int(pos.max()) + 1)
             mask = torch.arange(width, device=self.device)[None, :] <= pos[:, None]
             h = self._forward(ids[:, None], pos[:, None], mask[:, None, None], WritePlan(pos, width))
             h = h[rows, 0]
