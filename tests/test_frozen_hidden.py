@@ -64,3 +64,32 @@ def test_kept_hidden_states_give_the_same_logprobs_and_gradients(toy, trajs):
     assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(ga, gb))
     trimmed, _ = kept.trimmed(torch.arange(3))
     assert trimmed.hidden.shape[:2] == trimmed.input_ids.shape  # trimming keeps the states aligned with the tokens
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_a_padded_batch_scores_each_row_as_that_row_alone(toy, trajs, kept):
+    """Left-padded prompts, right-padded responses, with or without the kept hidden states: every row's log-probs
+    are the ones the model gives that episode on its own, with no padding anywhere."""
+    varied = []
+    for i, t in enumerate(trajs):  # prompts of different lengths: the toy's are all alike
+        t = copy.deepcopy(t)
+        cut = i % 4
+        for name in ("input_ids", "action_mask", "rewards", "logprobs"):
+            setattr(t, name, getattr(t, name)[cut:])
+        t.prompt_len -= cut
+        with torch.no_grad():
+            out = toy.model(input_ids=torch.tensor([t.input_ids]), output_hidden_states=True)
+        t.hidden = out.hidden_states[FROZEN][0, :-1]
+        varied.append(t)
+    trajs = varied
+    batch = collate(trajs, toy.chat.pad_id, hidden_layer=FROZEN if kept else None)
+    P = batch.prompt_width
+    assert len({t.prompt_len for t in trajs}) == 4  # the prompts are padded by different amounts
+    with torch.no_grad():
+        logp, _ = policy_logprobs(toy.model, batch, 1.0, batch.response_mask)
+        for i, t in enumerate(trajs):
+            alone = toy.model(input_ids=torch.tensor([t.input_ids])).logits[0].float().log_softmax(-1)
+            want = alone[t.prompt_len - 1 : -1].gather(1, torch.tensor(t.input_ids[t.prompt_len :])[:, None])[:, 0]
+            assert torch.allclose(logp[i, : t.response_len], want, atol=1e-5), i
+            assert torch.count_nonzero(logp[i, t.response_len :]) == 0
+    assert P == max(t.prompt_len for t in trajs)
