@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from components.config import ConfigError, ModelConfig, parse_config
 from components.model import base_model
@@ -116,3 +117,25 @@ def test_gguf_control_and_user_defined_tokens_become_added_tokens(tmp_path):
     assert len(tok) == size and tok.encode("say hello", add_special_tokens=False)[-1] == hello
     with pytest.raises(ModelSourceError, match="not in its vocabulary"):
         restore_added_tokens(tok, [("<agentr1-not-a-token>", True)])
+
+
+def test_tokens_the_model_never_learned_to_write_stay_ordinary_text(tmp_path):
+    """Qwen2.5-Coder-0.5B's <tool_call> shares its output row with other reserved tokens: registered as one id, the
+    model could neither write nor read it. A token whose row copies another's is left to encode as pieces."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from components.model.source import restore_added_tokens, untrained_tokens
+    from tests.real_tokenizer import smollm2_tokenizer
+
+    tok = smollm2_tokenizer(tmp_path / "tok")
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=8, num_hidden_layers=1, num_attention_heads=1,
+                      num_key_value_heads=1, tie_word_embeddings=False)  # fmt: skip
+    model = LlamaForCausalLM(cfg)
+    hello, world, spare = tok.convert_tokens_to_ids(["hello", "world", "Ġzebra"])
+    with torch.no_grad():
+        head = model.get_output_embeddings().weight
+        head.normal_(generator=torch.Generator().manual_seed(0))
+        head[world] = 2.0 * head[spare]  # the same direction: one untrained row
+    assert untrained_tokens(model, tok, ["<|im_start|>", "hello", "world", "<agentr1-not-a-token>"]) == ["world"]
+    assert restore_added_tokens(tok, [("hello", False), ("world", False)], untrained=["world"]) == 1
+    assert hello in tok.added_tokens_decoder and world not in tok.added_tokens_decoder

@@ -122,13 +122,34 @@ def gguf_added_tokens(fields) -> list[tuple[str, bool]]:
     return out
 
 
-def restore_added_tokens(tokenizer, added: list[tuple[str, bool]]) -> int:
+def untrained_tokens(model, tokenizer, tokens: list[str]) -> list[str]:
+    """The tokens whose output-layer row is a copy (cosine >= 0.999) of another token's row: ids the model never
+    learned to write. Qwen2.5-Coder-0.5B-Instruct's <tool_call> and </tool_call> share one row with 11 other
+    reserved tokens and the vocabulary's padding. (SmolLM2-135M's <|im_end|>, which it does write, is at 0.991 from
+    its 11 unused special tokens.)"""
+    import torch
+
+    ids = tokenizer.convert_tokens_to_ids(tokens)
+    known = [(t, i) for t, i in zip(tokens, ids) if i is not None and i != tokenizer.unk_token_id]
+    if not known:
+        return []
+    unit = torch.nn.functional.normalize(model.get_output_embeddings().weight.detach().float(), dim=1)
+    rows = torch.tensor([i for _, i in known])
+    cos = unit[rows] @ unit.T
+    cos[torch.arange(len(rows)), rows] = -1.0  # not itself
+    return [t for (t, _), c in zip(known, cos.amax(1).tolist()) if c >= 0.999]
+
+
+def restore_added_tokens(tokenizer, added: list[tuple[str, bool]], untrained: list[str] = ()) -> int:
     """Register the GGUF's control and user-defined tokens the conversion left as plain vocabulary (transformers
-    keeps only eos/bos/pad of Qwen2's), so "</tool_call>" encodes to the one id the model writes; ids do not change."""
+    keeps only eos/bos/pad of Qwen2's), so "</tool_call>" encodes to the one id the model writes; ids do not change.
+    `untrained` ones stay unregistered: their text then encodes to ordinary pieces, which the model can read and
+    write, instead of one id it cannot."""
     from tokenizers import AddedToken
 
     have = {t.content for t in tokenizer.added_tokens_decoder.values()}
-    missing = [AddedToken(t, special=special, normalized=False) for t, special in added if t not in have]
+    missing = [AddedToken(t, special=special, normalized=False) for t, special in added
+               if t not in have and t not in untrained]  # fmt: skip
     size = len(tokenizer)
     if missing:
         tokenizer.add_tokens(missing)
@@ -169,11 +190,15 @@ def convert(source: Source, out: Path) -> dict[str, float | str]:
         model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **kwargs)
     except (OSError, ValueError) as err:
         raise ModelSourceError(f"model.name_or_path: cannot load {source.location} ({err})") from None
-    restored = restore_added_tokens(tokenizer, gguf_added_tokens(fields)) if fields else 0
-    fix_special_tokens(tokenizer, model)
     info = {**source.describe(), "params": sum(p.numel() for p in model.parameters()),
             "architecture": type(model).__name__}  # fmt: skip
-    info |= {f"gguf_{k}": v for k, v in gguf_header(fields).items()} | ({"added_tokens_restored": restored} if fields else {})
+    if fields:
+        added = gguf_added_tokens(fields)
+        untrained = untrained_tokens(model, tokenizer, [t for t, _ in added])
+        info |= {f"gguf_{k}": v for k, v in gguf_header(fields).items()}
+        info |= {"added_tokens_restored": restore_added_tokens(tokenizer, added, untrained),
+                 "added_tokens_untrained": " ".join(untrained)}  # fmt: skip
+    fix_special_tokens(tokenizer, model)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / SOURCE_FILE).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
@@ -198,8 +223,11 @@ def materialise(mc: ModelConfig, out: Path, log=say) -> dict[str, float | str]:
     return _copy(cached, out)
 
 
+CONVERTER = 2  # part of the cache key: raise it when convert() writes something different
+
+
 def conversion_dir(mc: ModelConfig, digest: str) -> Path:
-    return Path(mc.cache_dir) / f"gguf-{digest.lower()[:16]}"
+    return Path(mc.cache_dir) / f"gguf-{digest.lower()[:16]}-c{CONVERTER}"
 
 
 def _materialise_parts(mc: ModelConfig, out: Path, log) -> dict[str, float | str]:
