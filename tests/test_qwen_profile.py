@@ -75,7 +75,9 @@ def test_qwens_tool_turn_and_its_own_call_layout(chat, tok):
     native = '<tool_call>\n{"name": "search", "arguments": {"query": "Adriana Trigiani"}}\n</tool_call>'  # as Qwen writes it
     assert parse_turn(native) == ToolCall("search", {"query": "Adriana Trigiani"})
     assert parse_turn("Virginia, she was born there.\n<answer>Virginia</answer>") == Answer("Virginia")
-    assert chat.tool_close_id == tok.convert_tokens_to_ids("</tool_call>")  # one token: the process reward's position
+    # this model never learned <tool_call>'s own id (its output row is the padding's), so the tags are ordinary
+    # pieces it reads and writes; the process reward then sits on the call turn's last token
+    assert chat.tool_close_id is None and len(tok.encode("</tool_call>", add_special_tokens=False)) > 1
 
 
 def test_passages_are_cut_in_qwen_tokens(chat, tok):
