@@ -4,7 +4,7 @@ prompt, side by side in one process at the same batch and dtype:
 - the same forward under `torch.compile(dynamic=False)` (its compile time is printed apart);
 - the plain loop over `DynamicCache` (the reference of `bench_real_rollout.py`).
 
-    python benchmarks/bench_compile.py --model .cache/models/gguf-<sha> --batch 64 --dtypes fp32 bf16
+    python benchmarks/bench_compile.py --model .cache/models/gguf-<sha>-c<converter> --batch 64 --dtypes fp32 bf16
 """
 
 from __future__ import annotations

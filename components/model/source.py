@@ -142,7 +142,7 @@ def untrained_tokens(model, tokenizer, tokens: list[str]) -> list[str]:
 
 def restore_added_tokens(tokenizer, added: list[tuple[str, bool]], untrained: list[str] = ()) -> int:
     """Register the GGUF's control and user-defined tokens the conversion left as plain vocabulary (transformers
-    keeps only eos/bos/pad of Qwen2's), so "</tool_call>" encodes to the one id the model writes; ids do not change.
+    keeps only eos/bos/pad of Qwen2's), so a token the model writes as one id encodes to that id; ids do not change.
     `untrained` ones stay unregistered: their text then encodes to ordinary pieces, which the model can read and
     write, instead of one id it cannot."""
     from tokenizers import AddedToken

@@ -5,7 +5,7 @@ step writes one column per row at that row's length; a prefill writes a few rows
 back (`plan`). Attention sees columns [0, width) with a mask per row (the engine builds it). The buffer grows by
 `MIN_WIDTH` columns at a time, up to the engine's `max_len`, and a step over every slot attends over the whole
 buffer (`SlotCache.step_width`): a narrower slice of it is not one strided batch, and CPU matmuls copy such a slice
-of the whole cache in every layer (3x the attention's own time at 700 columns, docs/rollout-engine.md).
+of the whole cache in every layer (about twice the attention's own time at 700 columns, docs/rollout-engine.md).
 """
 
 from __future__ import annotations
