@@ -93,3 +93,16 @@ def test_a_padded_batch_scores_each_row_as_that_row_alone(toy, trajs, kept):
             assert torch.allclose(logp[i, : t.response_len], want, atol=1e-5), i
             assert torch.count_nonzero(logp[i, t.response_len :]) == 0
     assert P == max(t.prompt_len for t in trajs)
+
+
+def test_the_masked_log_probs_take_one_logsumexp_for_all_tokens(toy, trajs, monkeypatch):
+    """verl's CPU log-prob loops over the first dimension with one logsumexp (and its backward) per row; the masked
+    tokens go in as one row, so the count stays at two (log-probs, entropy) however many tokens there are."""
+    batch = collate(trajs, toy.chat.pad_id)
+    calls, real = [], torch.logsumexp
+    monkeypatch.setattr(torch, "logsumexp", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with torch.no_grad():
+        logp, _ = policy_logprobs(toy.model, batch, 1.0, batch.action_mask)
+    assert int(batch.action_mask.sum()) > 50
+    assert len(calls) <= 2
+    assert torch.count_nonzero(logp) > 50
