@@ -8,6 +8,10 @@ and turns, wall time and generated tokens/s. The table replaces the profile's se
 
 --full: every question of each evaluation set (HotpotQA's 300 IRCoT dev questions, 2Wiki's 104, MuSiQue's 192).
 
+--resume: go on from the per-question results file (`--raw`), which is rewritten after every system and set, so a
+run stopped part-way keeps what it measured. It refuses when the machine, the settings or the evaluation code
+differ from the run it continues.
+
 Needs the profile's prepared data, index and models: `dvc exp run -S profile=qwen` up to base_model, or
 `agentr1 prepare -S profile=qwen` (then validate, index, base-model). Greedy decoding, `evaluate.batch_tokens` per
 batch, bf16 autocast where the CPU has it (`model.autocast`), torch threads from train.num_threads.
@@ -19,6 +23,8 @@ import argparse
 import json
 import math
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -29,7 +35,7 @@ from components.config import load_config
 from components.data.prepare import read_questions
 from components.env import apply_defaults
 from components.evaluation.evaluate import SYSTEMS, select
-from components.io import write_text
+from components.io import write_json, write_text
 from components.tracking.runs import commit
 from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 
@@ -94,6 +100,37 @@ def replace_section(path: Path, profile: str, body: list[str]) -> None:
     write_text(path, text)
 
 
+CODE = ("components", "benchmarks", "params.yaml", "profiles")  # what the table's numbers depend on
+
+
+def same_code(a: str, b: str) -> bool:
+    """Whether commits a and b (short SHAs, '+dirty' refused) have the same evaluation code."""
+    if a == b:
+        return "+dirty" not in a
+    if "+dirty" in a + b or "nogit" in (a, b):
+        return False
+    return subprocess.run(["git", "diff", "--quiet", a, b, "--", *CODE], capture_output=True).returncode == 0
+
+
+def resumed(raw: Path, meta: dict) -> dict:
+    """The cells measured by the run `raw` holds, when that run is this one (same machine, settings and code)."""
+    try:
+        old = json.loads(raw.read_text(encoding="utf-8"))
+        prev, sets = old["meta"], old["sets"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        sys.exit(f"--resume: {raw} is not a results file of this script ({type(err).__name__}: {err})")
+    for key in ("machine", "settings"):
+        if prev.get(key) != meta[key]:
+            sys.exit(f"--resume: {raw} was measured with {key} {prev.get(key)!r}, this run has {meta[key]!r}; "
+                     "run without --resume to measure the table again")  # fmt: skip
+    if not all(same_code(c, meta["commits"][0]) for c in prev["commits"]):
+        sys.exit(f"--resume: {raw} was measured at commit(s) {', '.join(prev['commits'])}, and the evaluation code "
+                 f"({', '.join(CODE)}) differs at {meta['commits'][0]}; run without --resume")  # fmt: skip
+    meta["commits"] = list(dict.fromkeys(prev["commits"] + meta["commits"]))
+    meta["seconds"] = prev.get("seconds", 0.0)
+    return sets
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", default="qwen")
@@ -106,6 +143,7 @@ def main() -> None:
     ap.add_argument("--out", default="docs/benchmarks.md")
     ap.add_argument("--note", default="", help="a line printed under the section's heading (e.g. what is unusual)")
     ap.add_argument("--raw", default=None, help="per-question results (JSON); default artifacts/bench/baselines-<profile>.json")
+    ap.add_argument("--resume", action="store_true", help="keep the systems and sets --raw holds; measure the rest")
     args = ap.parse_args()
     apply_defaults()
     import torch
@@ -125,31 +163,42 @@ def main() -> None:
             spec = spec.model_copy(update={"limit": None if args.full else args.limit})
         sets[f"{spec.dataset}/{spec.split}"] = select(questions, spec)
     dirs = {"base": artifacts.base_model(cfg), "pretrained": artifacts.pretrained_model(cfg)}
-    report: dict[str, dict[str, dict]] = {name: {} for name in sets}
+    command = (f"python benchmarks/baselines.py --profile {args.profile}" + (f" --limit {args.limit}" if args.limit else "")
+               + (" --full" if args.full else "") + "".join(f" -S {s}" for s in args.set)
+               + (f" --systems {' '.join(args.systems)}" if args.systems else ""))  # fmt: skip
+    meta = {"machine": f"{cpu_line()}, {torch.get_num_threads()} torch thread(s)", "settings": command,
+            "commits": [commit()], "seconds": 0.0}  # fmt: skip
+    raw = Path(args.raw or cfg.artifacts / "bench" / f"baselines-{args.profile}.json")
+    done = resumed(raw, meta) if args.resume and raw.exists() else {}
+    report: dict[str, dict[str, dict]] = {name: dict(done.get(name, {})) for name in sets}
+    for name, rows in report.items():
+        for system, m in rows.items():
+            if [r["id"] for r in m["results"]] != [q.id for q in sets[name]]:
+                sys.exit(f"--resume: {raw}: {system} on {name} was measured on other questions; run without --resume")
+    todo = [s for s in systems if any(s not in report[name] for name in sets)]
     backend = make_backend(cfg)
     t_all = time.perf_counter()
     try:
-        for which in dict.fromkeys(SYSTEMS[s][0] for s in systems):
+        for which in dict.fromkeys(SYSTEMS[s][0] for s in todo):
             model, tok = load_model(artifacts.require(cfg, dirs[which]), cfg)
-            for system in (s for s in systems if SYSTEMS[s][0] == which):
-                for name, qs in sets.items():
+            for system in (s for s in todo if SYSTEMS[s][0] == which):
+                for name, qs in ((n, q) for n, q in sets.items() if system not in report[n]):
                     m = report[name][system] = evaluate(cfg, system, model, tok, qs, backend)
+                    write_json(raw, {"meta": {**meta, "seconds": meta["seconds"] + time.perf_counter() - t_all},
+                                     "sets": report})  # fmt: skip
                     print(f"{system} {name}: EM {m['em']:.3f} F1 {m['f1']:.3f} ({m['n']} q, {m['wall_s']:.0f} s, "
                           f"{m['tokens_per_s']:.1f} tok/s)", flush=True)  # fmt: skip
             del model
     finally:
         backend.close()
-    total = time.perf_counter() - t_all
-    raw = Path(args.raw or cfg.artifacts / "bench" / f"baselines-{args.profile}.json")
-    raw.parent.mkdir(parents=True, exist_ok=True)
-    raw.write_text(json.dumps(report, indent=1), encoding="utf-8")
+    total = meta["seconds"] + time.perf_counter() - t_all
+    write_json(raw, {"meta": {**meta, "seconds": total}, "sets": report})
+    report = {name: {s: rows[s] for s in systems} for name, rows in report.items()}  # the systems' order
     a = cfg.agent
     body = [f"## Baselines, profile `{args.profile}`", "",
             f"{CAVEATS.get(args.profile, '')} {PAPER}", "", *([args.note, ""] if args.note else []),
-            f"Machine: {cpu_line()}, {torch.get_num_threads()} torch thread(s); {time.strftime('%Y-%m-%d')}; commit {commit()}. "
-            f"Command: `python benchmarks/baselines.py --profile {args.profile}"
-            + (f" --limit {args.limit}" if args.limit else "") + (" --full" if args.full else "") + "".join(f" -S {s}" for s in args.set)
-            + (f" --systems {' '.join(args.systems)}" if args.systems else "") + f"`; {total / 60:.1f} min in all.", "",
+            f"Machine: {meta['machine']}; {time.strftime('%Y-%m-%d')}; commit {', '.join(meta['commits'])}. "
+            f"Command: `{command}`" + (" (resumed)" if done else "") + f"; {total / 60:.1f} min in all.", "",
             f"Greedy; top {cfg.retrieval.top_k} passages of {a.passage_max_tokens or 'uncut'} tokens per search, "
             f"{a.max_turns} turns of {a.max_tokens_per_turn} tokens, {a.max_total_tokens} tokens an episode. EM/F1 with "
             "the official normalisation; direct and naive RAG scored on plain generation, the agents on their "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 
 import pytest
 
@@ -34,3 +35,41 @@ def test_section_is_replaced_in_place_and_the_rest_kept(tmp_path):
     text = doc.read_text(encoding="utf-8")
     assert text.startswith("# Benchmarks\n\nintro\n") and "old" not in text and text.count("## qwen") == 1
     assert text.index("## qwen") < text.index("## real")  # replaced where it was
+
+
+def _meta(**kw):
+    head = baselines.commit()
+    return {"machine": "CPU X, 2 torch thread(s)", "settings": "python benchmarks/baselines.py --profile qwen --full",
+            "commits": [head], "seconds": 0.0} | kw  # fmt: skip
+
+
+def _raw(tmp_path, meta):
+    raw = tmp_path / "baselines-qwen.json"
+    cell = {"em": 0.5, "n": 2, "results": [{"id": "q1"}, {"id": "q2"}]}
+    raw.write_text(json.dumps({"meta": meta | {"seconds": 90.0}, "sets": {"hotpotqa/dev": {"direct": cell}}}))
+    return raw
+
+
+def test_resume_keeps_the_cells_of_the_same_run(tmp_path):
+    if "+dirty" in baselines.commit() or baselines.commit() == "nogit":
+        pytest.skip("needs a clean git checkout")  # a resume refuses uncommitted code
+    meta = _meta()
+    sets = baselines.resumed(_raw(tmp_path, _meta()), meta)
+    assert sets["hotpotqa/dev"]["direct"]["em"] == 0.5
+    assert meta["seconds"] == 90.0 and meta["commits"] == [baselines.commit()]  # the time measured before counts
+
+
+@pytest.mark.parametrize("key,value", [("machine", "CPU Y, 2 torch thread(s)"),
+                                       ("settings", "python benchmarks/baselines.py --profile qwen --limit 50")])  # fmt: skip
+def test_resume_refuses_another_machine_or_settings(tmp_path, key, value):
+    with pytest.raises(SystemExit, match=f"measured with {key}"):
+        baselines.resumed(_raw(tmp_path, _meta(**{key: value})), _meta())
+
+
+def test_resume_refuses_other_evaluation_code_and_a_file_of_another_shape(tmp_path):
+    with pytest.raises(SystemExit, match="evaluation code"):
+        baselines.resumed(_raw(tmp_path, _meta(commits=["0000000"])), _meta())
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"hotpotqa/dev": {}}))  # the format before --resume: no meta
+    with pytest.raises(SystemExit, match="not a results file"):
+        baselines.resumed(old, _meta())
