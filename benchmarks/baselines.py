@@ -125,7 +125,7 @@ def resumed(raw: Path, meta: dict) -> dict:
                      "run without --resume to measure the table again")  # fmt: skip
     if not all(same_code(c, meta["commits"][0]) for c in prev["commits"]):
         sys.exit(f"--resume: {raw} was measured at commit(s) {', '.join(prev['commits'])}, and the evaluation code "
-                 f"({', '.join(CODE)}) differs at {meta['commits'][0]}; run without --resume")  # fmt: skip
+                 f"({', '.join(CODE)}) differs at {meta['commits'][0]} or has uncommitted changes; run without --resume")  # fmt: skip
     meta["commits"] = list(dict.fromkeys(prev["commits"] + meta["commits"]))
     meta["seconds"] = prev.get("seconds", 0.0)
     return sets
