@@ -112,8 +112,9 @@ def same_code(a: str, b: str) -> bool:
     return subprocess.run(["git", "diff", "--quiet", a, b, "--", *CODE], capture_output=True).returncode == 0
 
 
-def resumed(raw: Path, meta: dict) -> dict:
-    """The cells measured by the run `raw` holds, when that run is this one (same machine, settings and code)."""
+def resumed(raw: Path, meta: dict, ids: dict[str, list[str]]) -> dict:
+    """The cells measured by the run `raw` holds, when that run is this one (same machine, settings, code and
+    questions: `ids` per set)."""
     try:
         old = json.loads(raw.read_text(encoding="utf-8"))
         prev, sets = old["meta"], old["sets"]
@@ -126,6 +127,10 @@ def resumed(raw: Path, meta: dict) -> dict:
     if not all(same_code(c, meta["commits"][0]) for c in prev["commits"]):
         sys.exit(f"--resume: {raw} was measured at commit(s) {', '.join(prev['commits'])}, and the evaluation code "
                  f"({', '.join(CODE)}) differs at {meta['commits'][0]} or has uncommitted changes; run without --resume")  # fmt: skip
+    for name, rows in sets.items():
+        for system, m in rows.items():
+            if [r["id"] for r in m["results"]] != ids.get(name):
+                sys.exit(f"--resume: {raw}: {system} on {name} was measured on other questions; run without --resume")
     meta["commits"] = list(dict.fromkeys(prev["commits"] + meta["commits"]))
     meta["seconds"] = prev.get("seconds", 0.0)
     return sets
@@ -169,12 +174,9 @@ def main() -> None:
     meta = {"machine": f"{cpu_line()}, {torch.get_num_threads()} torch thread(s)", "settings": command,
             "commits": [commit()], "seconds": 0.0}  # fmt: skip
     raw = Path(args.raw or cfg.artifacts / "bench" / f"baselines-{args.profile}.json")
-    done = resumed(raw, meta) if args.resume and raw.exists() else {}
+    ids = {name: [q.id for q in qs] for name, qs in sets.items()}
+    done = resumed(raw, meta, ids) if args.resume and raw.exists() else {}
     report: dict[str, dict[str, dict]] = {name: dict(done.get(name, {})) for name in sets}
-    for name, rows in report.items():
-        for system, m in rows.items():
-            if [r["id"] for r in m["results"]] != [q.id for q in sets[name]]:
-                sys.exit(f"--resume: {raw}: {system} on {name} was measured on other questions; run without --resume")
     todo = [s for s in systems if any(s not in report[name] for name in sets)]
     backend = make_backend(cfg)
     t_all = time.perf_counter()

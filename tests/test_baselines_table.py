@@ -43,6 +43,9 @@ def _meta(**kw):
             "commits": [head], "seconds": 0.0} | kw  # fmt: skip
 
 
+IDS = {"hotpotqa/dev": ["q1", "q2"]}
+
+
 def _raw(tmp_path, meta):
     raw = tmp_path / "baselines-qwen.json"
     cell = {"em": 0.5, "n": 2, "results": [{"id": "q1"}, {"id": "q2"}]}
@@ -54,7 +57,7 @@ def test_resume_keeps_the_cells_of_the_same_run(tmp_path):
     if "+dirty" in baselines.commit() or baselines.commit() == "nogit":
         pytest.skip("needs a clean git checkout")  # a resume refuses uncommitted code
     meta = _meta()
-    sets = baselines.resumed(_raw(tmp_path, _meta()), meta)
+    sets = baselines.resumed(_raw(tmp_path, _meta()), meta, IDS)
     assert sets["hotpotqa/dev"]["direct"]["em"] == 0.5
     assert meta["seconds"] == 90.0 and meta["commits"] == [baselines.commit()]  # the time measured before counts
 
@@ -63,13 +66,20 @@ def test_resume_keeps_the_cells_of_the_same_run(tmp_path):
                                        ("settings", "python benchmarks/baselines.py --profile qwen --limit 50")])  # fmt: skip
 def test_resume_refuses_another_machine_or_settings(tmp_path, key, value):
     with pytest.raises(SystemExit, match=f"measured with {key}"):
-        baselines.resumed(_raw(tmp_path, _meta(**{key: value})), _meta())
+        baselines.resumed(_raw(tmp_path, _meta(**{key: value})), _meta(), IDS)
 
 
 def test_resume_refuses_other_evaluation_code_and_a_file_of_another_shape(tmp_path):
     with pytest.raises(SystemExit, match="evaluation code"):
-        baselines.resumed(_raw(tmp_path, _meta(commits=["0000000"])), _meta())
+        baselines.resumed(_raw(tmp_path, _meta(commits=["0000000"])), _meta(), IDS)
     old = tmp_path / "old.json"
     old.write_text(json.dumps({"hotpotqa/dev": {}}))  # the format before --resume: no meta
     with pytest.raises(SystemExit, match="not a results file"):
-        baselines.resumed(old, _meta())
+        baselines.resumed(old, _meta(), IDS)
+
+
+def test_resume_refuses_cells_measured_on_other_questions(tmp_path):
+    if "+dirty" in baselines.commit() or baselines.commit() == "nogit":
+        pytest.skip("needs a clean git checkout")  # otherwise it stops earlier, at the code check
+    with pytest.raises(SystemExit, match="direct on hotpotqa/dev was measured on other questions"):
+        baselines.resumed(_raw(tmp_path, _meta()), _meta(), {"hotpotqa/dev": ["q1", "q3"]})
