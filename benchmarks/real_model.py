@@ -1,11 +1,11 @@
-"""The real profile end to end from prepared data: base_model (conversion + format warm-up), train, evaluate; then
+"""A real-model profile end to end from prepared data: base_model (conversion + format warm-up), train, evaluate; then
 one table per eval set (EM / F1 of every system), the steps, the wall time per stage and the machine.
 
     python benchmarks/real_model.py [-S train.steps=30 ...] [--out benchmarks/results/real_model.md]
 
 Needs `agentr1 prepare/validate/index -S profile=real` first (or `dvc exp run -S profile=real`). Each stage is a
-tracked MLflow run, exactly as `dvc repro` runs it. The weights are a dequantised 4-bit GGUF of
-SmolLM2-135M-Instruct: a close approximation of the published model, not the exact weights.
+tracked MLflow run, exactly as `dvc repro` runs it (or untracked with --untracked, on a GPU node without MLflow).
+`-S profile=qwen` runs the qwen profile instead of `real`.
 """
 
 from __future__ import annotations
@@ -44,6 +44,15 @@ def table(report: dict, dataset: str, split: str) -> list[str]:
         lines.append(f"| {system} | {m['em']:.3f} | {m['f1']:.3f} | {m['answered']:.2f} | {m['searches']:.2f} | "
                      f"{m['turns']:.2f} | {strict} |")  # fmt: skip
     return lines
+
+
+def gpu_line() -> str:
+    """The CUDA device the stages ran on, if any."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return ""
+    return f"; GPU {torch.cuda.get_device_name()}, torch {torch.__version__}"
 
 
 def paired_bootstrap(a: list[float], b: list[float], n: int = 10000, seed: int = 0) -> tuple[float, float, float]:
@@ -102,8 +111,8 @@ def main() -> None:
     metrics, curve_csv = artifacts.eval_metrics(cfg), artifacts.train_curve(cfg)
     report = json.loads(metrics.read_text()) if metrics.exists() else {}
     curve = list(csv.DictReader(curve_csv.open())) if curve_csv.exists() else []
-    lines = [f"# Real profile (SmolLM2-135M-Instruct, dequantised Q4_1 GGUF), {time.strftime('%Y-%m-%d')}", "",
-             f"Machine: {cpu_line()}, torch threads from train.num_threads. Overrides: {overrides}.", "",
+    lines = [f"# Profile {overrides['profile']} ({cfg.model.name_or_path}), {time.strftime('%Y-%m-%d')}", "",
+             f"Machine: {cpu_line()}, torch threads from train.num_threads{gpu_line()}. Overrides: {overrides}.", "",
              "Wall time: " + (", ".join(f"{k} {v / 60:.1f} min" for k, v in seconds.items()) or "not timed here") + "; "
              f"train steps: {len(curve) - 1 if curve and curve[0]['step'] == '0' else len(curve)}.", ""]  # fmt: skip
     for spec in cfg.evaluate.sets if report else []:
