@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import re
 
-from components.agent.parser import ToolCall, parse_turn
+from components.agent.turns import turns
 from components.rollout.trajectory import Trajectory
 
 _HIT = re.compile(r"^\[(\d+)\] (.*?): ", re.M)  # components.agent.observation.format_hit
@@ -23,28 +23,27 @@ def episode_steps(t: Trajectory) -> list[dict]:
     A tool step's times are those of the batched tool step its call ran in (the rollout runs every call of a
     turn as one batch)."""
     steps: list[dict] = []
-    ep = t.episode
-    if ep.first_search is not None:  # the environment's own first search (agent.force_first_search), in the prompt
-        steps.append({"kind": "tool", "name": "search", "query": ep.question.question, "ok": True, "forced": True,
-                      "hits": hit_titles(ep.first_search), "text": ep.first_search, "start_ns": 0, "end_ns": 0})  # fmt: skip
-    turn = -1
-    for role, text in t.episode.log[1:]:
-        if role == "assistant":
-            turn += 1
-            start, end = t.turn_times[turn] if turn < len(t.turn_times) else (0, 0)
-            steps.append({"kind": "model", "text": text, "start_ns": start, "end_ns": end})
-        elif role == "tool":
-            start, end = t.tool_times[turn] if 0 <= turn < len(t.tool_times) else (0, 0)
-            action = parse_turn(steps[-1]["text"]) if steps else None
-            call = isinstance(action, ToolCall)
-            steps.append({
-                "kind": "tool",
-                "name": action.name if call else "invalid",
-                "query": str(action.arguments.get("query", "")) if call and isinstance(action.arguments, dict) else None,
-                "ok": call and not text.startswith("Error:"),
-                "hits": hit_titles(text),
-                "text": text,
-                "start_ns": start,
-                "end_ns": end,
-            })  # fmt: skip
+    model_turns = turns(t.episode)
+    if t.episode.first_search is not None:  # the environment's own first search (agent.force_first_search)
+        forced = model_turns.pop(0)
+        steps.append({"kind": "tool", "name": "search", "query": forced.call["arguments"]["query"], "ok": True,
+                      "forced": True, "hits": hit_titles(forced.observation), "text": forced.observation,
+                      "start_ns": 0, "end_ns": 0})  # fmt: skip
+    for i, turn in enumerate(model_turns):
+        start, end = t.turn_times[i] if i < len(t.turn_times) else (0, 0)
+        steps.append({"kind": "model", "text": turn.text, "start_ns": start, "end_ns": end})
+        if turn.observation is None:
+            continue
+        start, end = t.tool_times[i] if i < len(t.tool_times) else (0, 0)
+        args = turn.call["arguments"] if turn.call else None
+        steps.append({
+            "kind": "tool",
+            "name": turn.call["name"] if turn.call else "invalid",
+            "query": str(args.get("query", "")) if isinstance(args, dict) else None,
+            "ok": turn.call is not None and not turn.observation.startswith("Error:"),
+            "hits": hit_titles(turn.observation),
+            "text": turn.observation,
+            "start_ns": start,
+            "end_ns": end,
+        })  # fmt: skip
     return steps

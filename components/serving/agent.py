@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from components import artifacts
-from components.agent.env import Episode
-from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, TOOL_CLOSE, TOOL_OPEN, ToolCall, parse_turn
+from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, TOOL_CLOSE, TOOL_OPEN
 from components.config import Config
 from components.data.schema import Question
 from components.retrieval.base import SearchError
@@ -23,13 +21,6 @@ WORD = re.compile(r"[^\W\d_]+")  # a run of letters, in any script
 
 class AskError(Exception):
     """A question that cannot be asked: empty, too long, forged markup, no such model or alias, no index to search."""
-
-
-@dataclass
-class Turn:
-    text: str  # the model's turn as generated
-    call: dict | None  # {"name", "arguments"} when the turn is a tool call
-    observation: str | None  # what the environment answered
 
 
 def model_corpus(cfg: Config) -> str:
@@ -122,19 +113,3 @@ def run_episodes(model, tok, backend, cfg: Config, questions: Sequence[str], cor
         trajs = rollout(model, chat, env, qs, cfg.agent, temperature=0.0, stats=stats, progress=progress,
                         prompts=episode_prompts(qs, chat, env))  # the forced first search, where the agent has one
     return trajs, stats
-
-
-def turns(episode: Episode) -> list[Turn]:
-    """An episode as turns: the environment's own first search (agent.force_first_search) as a turn with no text,
-    then each model turn, its parsed call, the environment's answer."""
-    out: list[Turn] = []
-    if episode.first_search is not None:
-        out.append(Turn("", {"name": "search", "arguments": {"query": episode.question.question}}, episode.first_search))
-    for role, text in episode.log[1:]:
-        if role == "assistant":
-            action = parse_turn(text)
-            call = {"name": action.name, "arguments": action.arguments} if isinstance(action, ToolCall) else None
-            out.append(Turn(text, call, None))
-        elif role == "tool" and out:
-            out[-1].observation = text
-    return out

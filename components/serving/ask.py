@@ -6,10 +6,11 @@ import html
 import time
 from dataclasses import asdict, dataclass, field
 
+from components.agent.turns import Turn, turns
 from components.config import Config
 from components.serving.about import describe
-from components.serving.agent import (AskError, KnownWords, Turn, model_corpus, open_index, question_problem,
-                                      reading_notice, reserved_markup, run_episodes, turns)  # fmt: skip
+from components.serving.agent import (AskError, KnownWords, model_corpus, open_index, question_problem, reading_notice,
+                                      reserved_markup, run_episodes)  # fmt: skip
 from components.serving.resolve import Target, resolve
 
 SNIPPET_CHARS = 160  # of each observation in the printed view (--json keeps them whole)

@@ -15,11 +15,11 @@ import mlflow.pyfunc
 import pandas as pd
 import yaml
 
+from components.agent.turns import turns
 from components.config import Config, parse_config
 from components.secrets import redact_text
 from components.serving.about import describe, weight_count
-from components.serving.agent import (KnownWords, model_corpus, open_index, reading_notice, reserved_markup, run_episodes,
-                                      turns)  # fmt: skip
+from components.serving.agent import KnownWords, model_corpus, open_index, reading_notice, reserved_markup, run_episodes
 from components.serving.batcher import Batcher, Cancelled, TimedOut
 from components.serving.requests import questions_of
 from components.serving.threads import widen_request_threads
