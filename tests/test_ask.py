@@ -10,12 +10,12 @@ import mlflow
 import pytest
 from typer.testing import CliRunner
 
+from components.agent.turns import Turn
 from components.cli import app
 from components.config import parse_config
 from components.data.schema import Passage
 from components.data.synthetic import generate_world
 from components.retrieval.embedded import EmbeddedBackend
-from components.serving.agent import Turn
 from components.serving.ask import Answer, render
 from components.tracking.models import log_hf_model
 from tests.served import register_champion
