@@ -36,7 +36,7 @@ from components.rollout.engine import RolloutStats, rollout
 from components.rollout.evaluate import episode_prompts, make_env
 from components.tracking.tracker import NullTracker  # noqa: F401  (Trainer's tracker-free use)
 from components.tracking.runs import commit as git_commit
-from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
+from machine import cpu_line, gpu_line  # noqa: E402  (benchmarks/machine.py)
 
 
 def flops_per_token(model) -> float:
@@ -195,8 +195,7 @@ def main() -> None:
         sets = args.real_params if name == "real" else args.tiny_params
         rows += bench_model(name, sets, args.batches, args.group, args.rl_questions, args.threads)
     commit = git_commit()
-    gpu = f"; GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}" if torch.cuda.is_available() else ""
-    header = f"Machine: {cpu_line()}, {torch.get_num_threads()} threads{gpu}. Date: {datetime.date.today()}. Commit: {commit}."
+    header = f"Machine: {cpu_line()}, {torch.get_num_threads()} threads{gpu_line()}. Date: {datetime.date.today()}. Commit: {commit}."
     print(markdown(rows, header))
 
 

@@ -23,7 +23,7 @@ from components import artifacts
 from components.config import load_config, read_yaml
 from components.env import apply_defaults
 from components.stages import run_stage
-from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
+from machine import cpu_line, gpu_line  # noqa: E402  (benchmarks/machine.py)
 
 SYSTEMS = ["direct", "naive_rag", "pretrained_agent", "base_agent", "agent"]
 
@@ -44,15 +44,6 @@ def table(report: dict, dataset: str, split: str) -> list[str]:
         lines.append(f"| {system} | {m['em']:.3f} | {m['f1']:.3f} | {m['answered']:.2f} | {m['searches']:.2f} | "
                      f"{m['turns']:.2f} | {strict} |")  # fmt: skip
     return lines
-
-
-def gpu_line() -> str:
-    """The CUDA device the stages ran on, if any."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return ""
-    return f"; GPU {torch.cuda.get_device_name()}, torch {torch.__version__}"
 
 
 def paired_bootstrap(a: list[float], b: list[float], n: int = 10000, seed: int = 0) -> tuple[float, float, float]:

@@ -30,3 +30,23 @@ def test_comparisons_pair_questions_and_split_the_synthetic_world_by_hops(tmp_pa
     assert table[3].startswith("| synthetic/dev 1-hop | 10 | +1.000 [+1.000, +1.000] | +0.500 [")
     assert table[4].startswith("| synthetic/dev 2-hop | 10 | +0.000 [+0.000, +0.000] | -0.500 [")
     assert table[4].endswith("| +1.000 [+1.000, +1.000] | +0.500 [+0.200, +0.800] |")  # F1: the agent's is 1 throughout
+
+
+def test_the_report_names_the_profile_its_model_and_the_gpu(tmp_path, monkeypatch):
+    import sys
+
+    import torch
+
+    machine = load_benchmark("machine")
+    gpu = machine.gpu_line()
+    if torch.cuda.is_available():
+        assert gpu.startswith("; GPU: " + torch.cuda.get_device_name())
+    else:
+        assert gpu == ""
+    out = tmp_path / "report.md"
+    monkeypatch.setattr(sys, "argv", ["real_model.py", "--stages", "", "-S", "profile=qwen", "-S",
+                                      f"project.artifacts_dir={tmp_path / 'art'}", "--out", str(out)])  # fmt: skip
+    real_model.main()
+    heading, _, machine_line = out.read_text().splitlines()[:3]
+    assert heading.startswith("# Profile qwen (qwen2.5-coder-0.5b-instruct-q4_k_m.gguf), ")
+    assert machine_line.startswith(f"Machine: {machine.cpu_line()}, torch threads from train.num_threads{gpu}. ")
