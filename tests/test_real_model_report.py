@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import load_benchmark
+from tests.conftest import ROOT, load_benchmark
 
 real_model = load_benchmark("real_model")
 
@@ -44,8 +44,10 @@ def test_the_report_names_the_profile_its_model_and_the_gpu(tmp_path, monkeypatc
     else:
         assert gpu == ""
     out = tmp_path / "report.md"
-    monkeypatch.setattr(sys, "argv", ["real_model.py", "--stages", "", "-S", "profile=qwen", "-S",
-                                      f"project.artifacts_dir={tmp_path / 'art'}", "--out", str(out)])  # fmt: skip
+    monkeypatch.chdir(tmp_path)  # the report must not depend on the working directory
+    argv = ["real_model.py", "--params", str(ROOT / "params.yaml"), "--stages", "", "--out", str(out),
+            "-S", "profile=qwen", "-S", f"project.artifacts_dir={tmp_path / 'art'}"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
     real_model.main()
     heading, _, machine_line = out.read_text().splitlines()[:3]
     assert heading.startswith("# Profile qwen (qwen2.5-coder-0.5b-instruct-q4_k_m.gguf), ")
