@@ -379,10 +379,23 @@ class ModelConfig(Section):
     tiny: TinyModelConfig = TinyModelConfig()
 
 
-class RolloutConfig(Section):
-    """The rollout engine's scheduling (components/rollout/engine.py); the measurements behind the defaults are in
-    docs/benchmarks.md."""
+class VllmConfig(Section):
+    """The vLLM rollout process (components/rollout/vllm_engine.py), in its own environment (`make vllm`)."""
 
+    python: str = Field(default=".venv-vllm/bin/python", description="the interpreter of the venv that holds vLLM")
+    kv_cache_mb: int = Field(default=2048, ge=64, description="memory vLLM reserves for its KV cache")
+    threads: int | None = Field(default=None, ge=1, description="its torch threads; null = the trainer's")
+    start_timeout_s: float = Field(default=300, gt=0, description="how long loading the model may take")
+
+
+class RolloutConfig(Section):
+    """The rollout engine (components/rollout/engine.py, or vLLM) and its scheduling; the measurements behind the
+    defaults are in docs/benchmarks.md."""
+
+    engine: Literal["hf", "vllm"] = Field(
+        default="hf", description='"hf": the batched engine over transformers (any model, CPU or GPU); "vllm": a vLLM '
+        "process (attention heads of 32 to 512 dims; `make vllm` installs it)")  # fmt: skip
+    vllm: VllmConfig = VllmConfig()
     max_rows: int = Field(default=256, ge=1, description="episodes decoding at once (KV-cache rows); more are queued")
     refill_fraction: float = Field(
         default=0.25, ge=0, le=1, description="prefill the rows waiting for an observation once they are this share "

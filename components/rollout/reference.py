@@ -11,7 +11,7 @@ from components.agent.env import ToolEnv
 from components.config import AgentConfig
 from components.data.schema import Question
 from components.rollout.chat import ChatFormat
-from components.rollout.engine import record_turn
+from components.rollout.episodes import record_turn
 from components.rollout.trajectory import Trajectory
 
 
