@@ -46,6 +46,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from components.retrieval.base import SearchError
 
     from components.rl.checkpoint import CheckpointError
+    from components.rollout.vllm_engine import VllmError
     from components.serving.ask import AskError
     from components.tracking.promote import PromotionError
     from components.tracking.registration import RegistrationError
@@ -53,7 +54,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
 
     errors: list[type[BaseException]] = [ConfigError, DataError, ModelSourceError, SearchError, FileNotFoundError,
                                          CheckpointError, PromotionError, AskError, TrackingError, DiskFull,
-                                         RegistrationError]  # fmt: skip
+                                         RegistrationError, VllmError]  # fmt: skip
     try:
         from components.validation.validate import ValidationFailed
 

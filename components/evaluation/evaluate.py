@@ -30,10 +30,11 @@ from components.data.schema import Question
 from components.evaluation.html_report import render
 from components.evaluation.report import em_table, flatten, put
 from components.io import write_json, write_text
-from components.model.loading import autocast, load_model
+from components.model.loading import load_generator, rollout_autocast
 from components.retrieval.factory import make_backend
 from components.rollout.evaluate import AgentResult, evaluate_agent, summarize
 from components.rollout.traces import from_result
+from components.rollout.vllm_engine import VllmEngine
 from components.secrets import redact_params
 from components.tracking.runs import commit
 
@@ -70,10 +71,10 @@ def run(cfg: Config, tracker) -> dict[str, float]:
         for system in systems:
             which, mode = SYSTEMS[system]
             if which not in models:
-                models[which] = load_model(dirs[which], cfg)
+                models[which] = load_generator(dirs[which], cfg)
             model, tokenizer = models[which]
             for name, qs in sets.items():
-                with autocast(cfg, model.device):
+                with rollout_autocast(cfg, model):
                     results = evaluate_agent(model, tokenizer, qs, backend, cfg.agent, top_k=cfg.retrieval.top_k,
                                              mode=mode, batch_tokens=cfg.evaluate.batch_tokens, desc=f"{system} {name}",
                                              naive_rag=cfg.evaluate.naive_rag)  # fmt: skip
@@ -87,6 +88,9 @@ def run(cfg: Config, tracker) -> dict[str, float]:
                 tracker.log_traces([from_result(r, **tags) for r in results[: cfg.tracking.traces]], f"evaluate/{system}/{name}")
     finally:
         backend.close()
+        for model, _ in models.values():
+            if isinstance(model, VllmEngine):
+                model.close()
 
     write_text(artifacts.eval_per_dataset(cfg), _csv(rows))
     write_text(artifacts.eval_predictions(cfg), "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
@@ -113,7 +117,7 @@ def _context(cfg: Config, tracker, models: dict) -> dict[str, str]:
     """What the report describes: the model, its training, the run, the code and the config."""
     source = cfg.model.package or cfg.model.name_or_path
     trained = models.get("trained")
-    size = f", {sum(p.numel() for p in trained[0].parameters()):,} parameters" if trained else ""
+    size = f", {trained[0].num_parameters():,} parameters" if trained else ""
     run = tracker.run_id
     return {
         "model": f"{'tiny Qwen2 (CPU profile)' if source == 'tiny' else source}{size}",

@@ -24,7 +24,7 @@ from components.data.schema import Question
 from components.data.synthetic import COUNTERFACTUAL, FACTUAL, RELATIONS, question_text, words
 from components.io import atomic_path
 from components.model import warmup
-from components.model.loading import autocast, load_model, pick_device
+from components.model.loading import RolloutWeights, autocast, load_model, pick_device
 from components.model.priming import corpus_chunks, make_transcripts, prime
 from components.model.source import SOURCE_FILE, materialise
 from components.model.tiny import build_model, build_tokenizer
@@ -76,6 +76,8 @@ def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]
     model, tok = load_model(src, cfg, pick_device(cfg))
     chat = ChatFormat.for_agent(tok, cfg.agent)  # as the trainer's rollouts
     backend = make_backend(cfg)
+    # the probes roll out on vLLM (sent the weights before each) or on the model itself
+    actor = RolloutWeights(model, cfg, src) if cfg.rollout.engine == "vllm" else None
     try:
         data = [t.seq for t in warmup.transcripts(questions, backend, chat, cfg, titles, rng)]
         held_out = warmup.transcripts(probe_qs, backend, chat, cfg, titles, rng)
@@ -86,7 +88,9 @@ def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]
         def measure(step: int) -> dict[str, float]:
             backend.reseed(0, 2)  # every probe sees the same retriever ties
             shown: list[str] = []
-            scores = warmup.probe(model, chat, backend, probe_qs, cfg, seed, shown)
+            if actor is not None:
+                actor.sync()
+            scores = warmup.probe(actor.model if actor else model, chat, backend, probe_qs, cfg, seed, shown)
             tracker.log_text("\n\n".join(shown), f"warmup/probe_step_{step:04d}.txt")
             with autocast(cfg, next(model.parameters()).device):
                 forced = warmup.content_entropy_forced(model, held_out, chat.pad_id, cfg.train.temperature)
@@ -95,6 +99,8 @@ def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]
         result = warmup.warm_up(model, data, cfg, chat.pad_id, measure, log=tracker.log_metrics)
     finally:
         backend.close()
+        if actor is not None:
+            actor.close()
     model.save_pretrained(out)
     tok.save_pretrained(out)
     shutil.copy(src / SOURCE_FILE, out / SOURCE_FILE)

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from components.config import Config
+from components.rollout.vllm_engine import VllmEngine
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -80,22 +81,58 @@ def rollout_dtype(cfg: Config, device: torch.device) -> torch.dtype | None:
 
 
 class RolloutWeights:
-    """The weights the rollout runs on: the policy itself, or a copy in `rollout_dtype` kept in step with it."""
+    """The weights the rollout runs on: the policy itself, a copy in `rollout_dtype` kept in step with it, or (with
+    `rollout.engine: vllm`) a vLLM process started on `model_dir` and sent the policy's weights at each sync."""
 
-    def __init__(self, policy, cfg: Config):
+    def __init__(self, policy, cfg: Config, model_dir: str | Path | None = None):
         import copy
 
+        self.policy = policy
+        self.sent_all = False  # a vLLM process gets every weight once (a resumed policy differs from model_dir)
+        if cfg.rollout.engine == "vllm":
+            if model_dir is None:
+                raise ValueError("rollout.engine: vllm needs the model directory the vLLM process starts from")
+            self.model = VllmEngine(model_dir, cfg.rollout, seed=cfg.project.seed)
+            return
         device = next(policy.parameters()).device
         dtype = rollout_dtype(cfg, device)
-        self.policy = policy
         self.model = policy if dtype is None else copy.deepcopy(policy).to(dtype).eval().requires_grad_(False)
 
     def sync(self) -> None:
-        """Copy the policy's trainable weights (the only ones an update changes) into the rollout's copy."""
+        """Bring the rollout's weights to the policy's: only the trainable ones change in an update."""
         if self.model is self.policy:
             return
-        mine = dict(self.model.named_parameters())
-        with torch.no_grad():
-            for name, p in self.policy.named_parameters():
-                if p.requires_grad:
+        changed = [(n, p) for n, p in self.policy.named_parameters() if p.requires_grad or not self.sent_all]
+        if isinstance(self.model, VllmEngine):
+            self.model.load_weights(changed)
+        else:
+            mine = dict(self.model.named_parameters())
+            with torch.no_grad():
+                for name, p in changed:
                     mine[name].copy_(p)
+        self.sent_all = True
+
+    def close(self) -> None:
+        if isinstance(self.model, VllmEngine):
+            self.model.close()
+
+
+def load_generator(path: str | Path, cfg: Config, device: torch.device | None = None):
+    """(what the rollout runs on, tokenizer): the model (`load_model`), or a vLLM process on the directory
+    (`rollout.engine: vllm`; close it when done)."""
+    if cfg.rollout.engine != "vllm":
+        return load_model(path, cfg, device)
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path))
+    except OSError as err:
+        raise FileNotFoundError(f"{path}: cannot load tokenizer ({err}); run the base_model stage") from None
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return VllmEngine(path, cfg.rollout, seed=cfg.project.seed), tok
+
+
+def rollout_autocast(cfg: Config, model) -> AbstractContextManager:
+    """`autocast` around a rollout on a transformers model; vLLM chooses its own precision."""
+    return nullcontext() if isinstance(model, VllmEngine) else autocast(cfg, model.device)

@@ -38,7 +38,7 @@ from components.agent.observation import format_hits
 from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, call_text
 from components.config import Config
 from components.data.schema import Question
-from components.model.loading import autocast, freeze_below
+from components.model.loading import autocast, freeze_below, rollout_autocast
 from components.model.priming import Sequence_, lm_step
 from components.retrieval.base import Hit, SearchBackend
 from components.rollout.chat import ChatFormat
@@ -239,7 +239,7 @@ def probe(model, chat: ChatFormat, backend: SearchBackend, questions: Sequence[Q
     group = [q for q in questions for _ in range(cfg.model.warmup_probe_samples)]
     stats = RolloutStats()
     gen = torch.Generator().manual_seed(seed)
-    with autocast(cfg, next(model.parameters()).device):
+    with rollout_autocast(cfg, model):
         trajs = rollout(model, chat, env, group, cfg.agent, temperature=cfg.train.temperature, generator=gen,
                         stats=stats, prompts=episode_prompts(group, chat, env))  # fmt: skip
     eps = [t.episode for t in trajs]

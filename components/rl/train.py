@@ -69,7 +69,8 @@ def mean_of(values: Sequence[float | None]) -> float | None:
 
 
 class Trainer:
-    def __init__(self, cfg: Config, policy, tokenizer, backend, train_qs, eval_sets: dict[str, list[Question]]):
+    def __init__(self, cfg: Config, policy, tokenizer, backend, train_qs, eval_sets: dict[str, list[Question]],
+                 model_dir: Path | None = None):  # fmt: skip
         self.cfg, self.tc = cfg, cfg.train
         self.policy, self.tok, self.backend = policy, tokenizer, backend
         self.device = next(policy.parameters()).device
@@ -86,13 +87,14 @@ class Trainer:
             self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=self.tc.critic_lr)
         if self.tc.kl_coef > 0:
             self.ref = copy.deepcopy(policy).eval().requires_grad_(False)
-        self.actor = RolloutWeights(policy, cfg)  # what rollouts and evaluations run on
+        self.actor = RolloutWeights(policy, cfg, model_dir)  # what rollouts and evaluations run on
         # the rollout keeps the first trained layer's input; the update then starts there (frozen layers skipped)
         frozen = frozen_layers(policy, self.tc.trainable_layers)
-        self.keep_layer = frozen if frozen and self.tc.keep_frozen_hidden else None
+        keep = frozen and self.tc.keep_frozen_hidden and cfg.rollout.engine == "hf"  # vLLM returns no hidden states
+        self.keep_layer = frozen if keep else None
 
     def rollout_amp(self):
-        """Autocast for the rollout when it runs on the policy itself (a bf16 copy computes in bf16 already)."""
+        """Autocast for the rollout when it runs on the policy itself (a bf16 copy, or vLLM, computes in bf16)."""
         return self.amp() if self.actor.model is self.policy else nullcontext()
 
     def amp(self):
@@ -302,7 +304,7 @@ def build_trainer(cfg: Config) -> Trainer:
         if cf:
             eval_sets[f"dev/{COUNTERFACTUAL}"] = cf
     policy, tok = load_model(artifacts.base_model(cfg), cfg, pick_device(cfg))
-    return Trainer(cfg, policy, tok, make_backend(cfg), train_qs, eval_sets)
+    return Trainer(cfg, policy, tok, make_backend(cfg), train_qs, eval_sets, artifacts.base_model(cfg))
 
 
 def run(cfg: Config, tracker) -> dict[str, float]:
@@ -312,6 +314,14 @@ def run(cfg: Config, tracker) -> dict[str, float]:
         torch.set_num_threads(tc.num_threads)
     torch.manual_seed(cfg.project.seed)
     trainer = build_trainer(cfg)
+    try:
+        return _train(cfg, tracker, trainer)
+    finally:
+        trainer.actor.close()  # a vLLM process stops with the stage
+
+
+def _train(cfg: Config, tracker, trainer: Trainer) -> dict[str, float]:
+    tc = cfg.train
     modules = {"policy": trainer.policy} | ({"critic": trainer.critic} if trainer.critic is not None else {})
     optims = {"policy": trainer.opt} | ({"critic": trainer.critic_opt} if trainer.critic_opt is not None else {})
     log = ckpt.TrainLog(checkpoint_root(cfg), modules, optims, tracker)
