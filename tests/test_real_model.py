@@ -49,6 +49,7 @@ def real(tmp_path_factory):
     root = tmp_path_factory.mktemp("real")
     overrides = {
         "profile": "real", "project.artifacts_dir": str(root / "artifacts"), "model.cache_dir": str(root / "cache"),
+        "rollout.engine": "hf",  # this module checks the transformers engine; tests/test_vllm_engine.py checks vLLM
         "agent.max_turns": 2, "agent.max_tokens_per_turn": 16, "train.questions_per_step": 2, "train.group_size": 2,
     }  # fmt: skip
     cfg = load_config(repo_root / "params.yaml", overrides)
