@@ -1,14 +1,19 @@
-"""Rollout engine speed against its references, side by side in one run, for the real and the tiny model.
+"""Rollout engine speed against its references, side by side in one run, for the real models and the tiny one.
 
-For each model and batch (episodes = questions x group), on the same machine in the same process:
-  - the engine: generated tokens/s, episode tokens/s (every token of every trajectory), seconds per episode, and
-    where its time went (prefill, decode forwards, sampling, bookkeeping, tools);
+For each model and batch (episodes = questions x group), on the same machine in the same run:
+  - each engine (`--engines`: vLLM in its own process, and the batched engine over transformers): generated
+    tokens/s, episode tokens/s (every token of every trajectory), seconds per episode, and where its time went
+    (the transformers engine: prefill, decode forwards, sampling, bookkeeping, tools; vLLM: its steps, tools, the
+    rest);
   - a plain HF decode loop: `model(input_ids=tok, past_key_values=DynamicCache())` after a 200-token prompt, greedy,
     the same batch, in the engine's dtype (and fp32);
   - the GEMM ceiling: a [batch, hidden] x [hidden, intermediate] matmul's GFLOP/s over the model's FLOPs per token;
-  - one RL step of the local trainer (8 questions x 8 episodes by default): rollout and update seconds.
+  - one RL step of the local trainer (8 questions x 8 episodes by default) on the profile's own engine: rollout
+    and update seconds.
 
-    python benchmarks/bench_real_rollout.py --real-params 'profile=real' --tiny-params '' --batches 16 64 128
+    python benchmarks/bench_real_rollout.py --models real qwen tiny --batches 16 64 128
+
+The tiny model runs on the transformers engine alone (its 8-dim attention heads are below vLLM's minimum of 32).
 
 Needs each profile's prepare, index and base_model outputs (`agentr1 prepare/validate/index/base-model [-S ...]`).
 """
@@ -34,6 +39,7 @@ from components.rl.train import Trainer, split_questions
 from components.rollout.chat import ChatFormat
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.evaluate import episode_prompts, make_env
+from components.rollout.vllm_engine import VllmEngine
 from components.tracking.tracker import NullTracker  # noqa: F401  (Trainer's tracker-free use)
 from components.tracking.runs import commit as git_commit
 from machine import cpu_line, gpu_line  # noqa: E402  (benchmarks/machine.py)
@@ -86,6 +92,7 @@ def plain_decode(model, rows: int, prompt_len: int = 200, new_tokens: int = 48) 
 
 
 def engine_run(cfg, model, tok, questions, group: int, seed: int = 0) -> dict:
+    """One rollout of `group` episodes per question on `model` (a transformers model, or a VllmEngine)."""
     chat = ChatFormat.for_agent(tok, cfg.agent)
     backend = make_backend(cfg)
     env = make_env(backend, questions, cfg.agent, cfg.retrieval.top_k, chat)
@@ -96,11 +103,12 @@ def engine_run(cfg, model, tok, questions, group: int, seed: int = 0) -> dict:
                     prompts=episode_prompts(eps, chat, env))  # fmt: skip
     tokens = sum(len(t.input_ids) for t in trajs)
     return {
+        "engine": "vllm" if isinstance(model, VllmEngine) else "hf",
         "episodes": len(eps),
         "seconds": stats.seconds,
         "s_per_episode": stats.seconds / len(eps),
         "generated_tok_s": stats.tokens_per_s,
-        "decode_tok_s": stats.generated_tokens / max(1e-9, stats.phase_seconds["decode"] + stats.phase_seconds["sample"]),
+        "decode_tok_s": stats.generated_tokens / max(1e-9, stats.phase_seconds["decode"] + stats.phase_seconds["sample"]),  # vLLM: its steps, prefills included
         "episode_tok_s": tokens / stats.seconds,
         "generated": stats.generated_tokens,
         "prefilled": stats.prefill_tokens,
@@ -116,35 +124,54 @@ def rl_step(cfg, questions, group: int) -> dict:
     cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={
         "questions_per_step": len(questions), "group_size": group, "entropy_coef": 1e-9})})  # fmt: skip
     policy, tok = load_model(artifacts.base_model(cfg), cfg, pick_device(cfg))
-    trainer = Trainer(cfg, policy, tok, make_backend(cfg), questions, {})
-    metrics, trajs = trainer.step(0)
+    trainer = Trainer(cfg, policy, tok, make_backend(cfg), questions, {}, artifacts.base_model(cfg))
+    try:
+        metrics, trajs = trainer.step(0)
+    finally:
+        trainer.actor.close()
     tokens = sum(len(t.input_ids) for t in trajs)
-    return {"rollout_s": metrics["rollout_s"], "update_s": metrics["update_s"],
+    return {"engine": cfg.rollout.engine, "rollout_s": metrics["rollout_s"], "update_s": metrics["update_s"],
             "step_s": metrics["rollout_s"] + metrics["update_s"], "update_tok_s": tokens / metrics["update_s"]}  # fmt: skip
 
 
-def bench_model(name: str, sets: list[str], batches: list[int], group: int, rl_questions: int, threads: int) -> list[dict]:
+def bench_model(name: str, sets: list[str], batches: list[int], group: int, rl_questions: int, engines: list[str]) -> list[dict]:
     overrides = dict(s.split("=", 1) for s in sets if s)
     cfg = load_config("params.yaml", {k: yaml.safe_load(v) for k, v in overrides.items()})
     device = pick_device(cfg)
     train_qs = split_questions(read_questions(artifacts.questions(cfg)), cfg.train.datasets, "train")
+    hf_cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"engine": "hf"})})
     policy, tok = load_model(artifacts.base_model(cfg), cfg, device)
-    actor = RolloutWeights(policy, cfg)
+    actor = RolloutWeights(policy, hf_cfg)
     dtype = next(actor.model.parameters()).dtype
+    amp = (lambda: autocast(cfg, device)) if actor.model is policy else (lambda: torch.autocast("cpu", enabled=False))
+    runners = {}
+    if "hf" in engines:
+        runners["hf"] = actor.model
+    t0 = time.perf_counter()
+    if "vllm" in engines and name != "tiny":
+        runners["vllm"] = VllmEngine(artifacts.base_model(cfg), cfg.rollout, seed=cfg.project.seed)
+    startup = time.perf_counter() - t0
     rows = []
-    with autocast(cfg, device) if actor.model is policy else torch.autocast("cpu", enabled=False):
-        engine_run(cfg, actor.model, tok, train_qs[:2], 2)  # warm-up: first-call costs stay out of the timings
-    for batch in batches:
-        qs = random.Random(batch).sample(train_qs, max(1, batch // group))
-        with autocast(cfg, device) if actor.model is policy else torch.autocast("cpu", enabled=False):
-            eng = engine_run(cfg, actor.model, tok, qs, group)
-        plain = plain_decode(actor.model, eng["episodes"])
-        plain32 = plain_decode(policy, eng["episodes"]) if dtype != torch.float32 else plain
-        gflops, ceiling = gemm_ceiling(actor.model, eng["episodes"], dtype)
-        rows.append({"model": name, "dtype": str(dtype).removeprefix("torch."), **eng, "plain_tok_s": plain,
-                     "plain_fp32_tok_s": plain32, "gemm_gflops": gflops, "ceiling_tok_s": ceiling,
-                     "vs_plain": eng["generated_tok_s"] / plain})  # fmt: skip
-        print(json.dumps(rows[-1]), flush=True)
+    try:
+        for model in runners.values():
+            with amp():
+                engine_run(hf_cfg, model, tok, train_qs[:2], 2)  # warm-up: first-call costs stay out of the timings
+        for batch in batches:
+            qs = random.Random(batch).sample(train_qs, max(1, batch // group))
+            plain = plain_decode(actor.model, len(qs) * group)
+            plain32 = plain_decode(policy, len(qs) * group) if dtype != torch.float32 else plain
+            gflops, ceiling = gemm_ceiling(actor.model, len(qs) * group, dtype)
+            for engine, model in runners.items():
+                with amp():
+                    eng = engine_run(hf_cfg, model, tok, qs, group)
+                rows.append({"model": name, "dtype": "bfloat16" if engine == "vllm" else str(dtype).removeprefix("torch."),
+                             **eng, "plain_tok_s": plain, "plain_fp32_tok_s": plain32, "gemm_gflops": gflops,
+                             "ceiling_tok_s": ceiling, "vs_plain": eng["generated_tok_s"] / plain,
+                             "startup_s": startup if engine == "vllm" else 0.0})  # fmt: skip
+                print(json.dumps(rows[-1]), flush=True)
+    finally:
+        if "vllm" in runners:
+            runners["vllm"].close()
     if rl_questions:
         qs = random.Random(7).sample(train_qs, rl_questions)
         rows.append({"model": name, "rl_step": f"{rl_questions}x{group}", **rl_step(cfg, qs, group)})
@@ -154,36 +181,41 @@ def bench_model(name: str, sets: list[str], batches: list[int], group: int, rl_q
 
 def markdown(rows: list[dict], header: str) -> str:
     out = [header, "",
-           "| model | episodes | dtype | engine gen tok/s | episode tok/s | s / episode | engine decode-only tok/s "
+           "| model | episodes | engine | dtype | engine gen tok/s | episode tok/s | s / episode | engine decode-only tok/s "
            "| plain loop tok/s (fp32) | engine / plain | GEMM GFLOP/s | ceiling tok/s | decode rows used |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         if "episodes" in r:
-            out.append(f"| {r['model']} | {r['episodes']} | {r['dtype']} | {r['generated_tok_s']:.1f} | "
+            out.append(f"| {r['model']} | {r['episodes']} | {r['engine']} | {r['dtype']} | {r['generated_tok_s']:.1f} | "
                        f"{r['episode_tok_s']:.0f} | {r['s_per_episode']:.2f} | {r['decode_tok_s']:.0f} | {r['plain_tok_s']:.0f} "
                        f"({r['plain_fp32_tok_s']:.0f}) | {r['vs_plain']:.2f}x | {r['gemm_gflops']:.0f} | "
                        f"{r['ceiling_tok_s']:.0f} | {r['row_fill']:.0%} |")  # fmt: skip
     out += ["", "Where the engine's time went (seconds):", "",
-            "| model | episodes | total | prefill | decode | sample | bookkeeping | tools | tokens prefilled / generated |",
-            "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+            "| model | episodes | engine | total | prefill | decode | sample | bookkeeping | tools | tokens prefilled / generated |",
+            "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         if "episodes" in r:
             p = r["phases"]
-            out.append(f"| {r['model']} | {r['episodes']} | {r['seconds']:.1f} | {p['prefill']} | {p['decode']} | "
+            out.append(f"| {r['model']} | {r['episodes']} | {r['engine']} | {r['seconds']:.1f} | {p['prefill']} | {p['decode']} | "
                        f"{p['sample']} | {p['bookkeeping']} | {p['tools']} | {r['prefilled']} / {r['generated']} |")
     steps = [r for r in rows if "rl_step" in r]
     if steps:
-        out += ["", "| model | RL step | rollout s | update s | step s | update tok/s |", "|---|---|---|---|---|---|"]
-        out += [f"| {r['model']} | {r['rl_step']} | {r['rollout_s']:.1f} | {r['update_s']:.1f} | {r['step_s']:.1f} | "
-                f"{r['update_tok_s']:.0f} |" for r in steps]  # fmt: skip
+        out += ["", "| model | RL step | engine | rollout s | update s | step s | update tok/s |", "|---|---|---|---|---|---|---|"]
+        out += [f"| {r['model']} | {r['rl_step']} | {r['engine']} | {r['rollout_s']:.1f} | {r['update_s']:.1f} | "
+                f"{r['step_s']:.1f} | {r['update_tok_s']:.0f} |" for r in steps]  # fmt: skip
+    starts = {r["model"]: r["startup_s"] for r in rows if r.get("startup_s")}
+    if starts:
+        out += ["", "vLLM start-up (load; eager, no compilation): " + ", ".join(f"{m} {s:.1f} s" for m, s in starts.items())]
     return "\n".join(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--real-params", nargs="*", default=["profile=real"], help="key=value overrides of the real run")
+    ap.add_argument("--qwen-params", nargs="*", default=["profile=qwen"], help="key=value overrides of the qwen run")
     ap.add_argument("--tiny-params", nargs="*", default=[], help="key=value overrides of the tiny run")
-    ap.add_argument("--models", nargs="+", default=["real", "tiny"])
+    ap.add_argument("--models", nargs="+", default=["real", "qwen", "tiny"])
+    ap.add_argument("--engines", nargs="+", default=["vllm", "hf"], choices=["vllm", "hf"])
     ap.add_argument("--batches", type=int, nargs="+", default=[16, 64, 128])
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--rl-questions", type=int, default=8, help="questions of the timed RL step (0: none)")
@@ -192,8 +224,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     rows = []
     for name in args.models:
-        sets = args.real_params if name == "real" else args.tiny_params
-        rows += bench_model(name, sets, args.batches, args.group, args.rl_questions, args.threads)
+        sets = {"real": args.real_params, "qwen": args.qwen_params}.get(name, args.tiny_params)
+        rows += bench_model(name, sets, args.batches, args.group, args.rl_questions, args.engines)
     commit = git_commit()
     header = f"Machine: {cpu_line()}, {torch.get_num_threads()} threads{gpu_line()}. Date: {datetime.date.today()}. Commit: {commit}."
     print(markdown(rows, header))
