@@ -1,4 +1,5 @@
-"""Moving the champion alias by hand (`promote`) and back (`rollback`), each move recorded on the model version."""
+"""Moving the champion alias by hand (`promote`) and back (`rollback`), each move recorded on the model version.
+The register stage moves it only through the champion gate (registry/gate.py); a move by hand is not gated."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def _client():
     return mlflow.MlflowClient()
 
 
-def _champion(client, name: str, alias: str) -> str | None:
+def current_champion(client, name: str, alias: str) -> str | None:
+    """The version the alias points at, None when it points nowhere."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -69,7 +71,7 @@ def move_champion(client, cfg: Config, new_version: str, action: str, reason: st
     name, alias = cfg.registry.model_name, cfg.registry.alias
     if client.get_model_version(name, str(new_version)).tags.get(REGISTRATION_TAG) == PENDING:
         raise PromotionError(f"{name} v{new_version}: its registration has not finished (its files may be incomplete)")
-    history, old = _history(client, name), _champion(client, name, alias)
+    history, old = _history(client, name), current_champion(client, name, alias)
     move = Move(action, name, old, str(new_version), user or _user(), _now(), reason.strip())
     if old is not None:
         client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(history + [old]))
@@ -91,7 +93,7 @@ def promote(cfg: Config, version: int, reason: str, user: str | None = None) -> 
         raise PromotionError(f"{name} has no version {version}") from None
     if metric not in mv.tags:
         raise PromotionError(f"{name} v{version} has no evaluation metrics (no {metric!r} tag); evaluate and register it first")
-    if _champion(client, name, alias) == str(version):
+    if current_champion(client, name, alias) == str(version):
         raise PromotionError(f"{name} v{version} is already {alias!r}")
     return move_champion(client, cfg, str(version), "promote", reason, user)
 
@@ -102,7 +104,7 @@ def rollback(cfg: Config, reason: str = "rollback", user: str | None = None) -> 
     history = _history(client, name)
     if not history:
         raise PromotionError(f"{name}: no previous {alias!r} to roll back to")
-    old, new = _champion(client, name, alias), history[-1]
+    old, new = current_champion(client, name, alias), history[-1]
     move = Move("rollback", name, old, new, user or _user(), _now(), reason.strip() or "rollback")
     client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(history[:-1]))
     _record(client, cfg, move)
