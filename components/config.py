@@ -534,6 +534,9 @@ class EvalSetSpec(Section):
     limit: int | None = Field(default=200, ge=1)
 
 
+Baseline = Literal["direct", "naive_rag", "base_agent", "pretrained_agent"]  # the systems evaluate scores beside the agent
+
+
 class EvaluateConfig(Section):
     sets: list[EvalSetSpec] = Field(
         default_factory=lambda: [
@@ -542,9 +545,7 @@ class EvaluateConfig(Section):
             EvalSetSpec(dataset="hotpotqa", split="dev", limit=100),
         ]
     )
-    baselines: list[Literal["direct", "naive_rag", "base_agent", "pretrained_agent"]] = Field(
-        default_factory=lambda: ["direct", "naive_rag", "base_agent"]
-    )
+    baselines: list[Baseline] = Field(default_factory=lambda: ["direct", "naive_rag", "base_agent"])
     naive_rag: Literal["tool_response", "question_turn"] = Field(
         default="tool_response", description="where naive RAG shows its passages: as the result of a completed search "
         "call (the agent's own format), or above the question in the question turn (Search-R1's baseline)"
@@ -575,7 +576,12 @@ class RegisterConfig(Section):
     model_name: Name = "agentr1-search-agent"
     metric: Name = Field(default="em/synthetic/dev", description="key in eval metrics that decides the champion")
     alias: Name = "champion"
-    min_improvement: float = Field(default=0.0, ge=0)
+    min_improvement: float = Field(default=0.0, ge=0, description="margin a version must beat the champion by")
+    baselines: list[Baseline] = Field(
+        default_factory=lambda: ["base_agent", "naive_rag"],
+        description="evaluate baselines a version must beat on `metric` to become champion (registry/gate.py); "
+        "one the evaluation lacks does not block and is recorded as not evaluated",
+    )
 
 
 # --- root ----------------------------------------------------------------------------------------

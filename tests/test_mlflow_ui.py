@@ -113,11 +113,11 @@ def test_mlflow_ui_shows_pipelines_compare_and_champion_evidence(mlflow_uri, tmp
 
         # the registered model: the champion alias on its version; each version's evidence; the evaluation-run link
         browser.get(f"{base}/#/models/{NAME}")
-        _wait_text(browser, "@ champion", "evidence.compared_to")
+        _wait_text(browser, "@ champion", "gate.vs_champion")
         screenshot(browser, tmp_path / "ui-model.png")
         for mv in client.search_model_versions(f"name = '{NAME}'"):
             browser.get(f"{base}/#/models/{NAME}/versions/{mv.version}")
-            needles = ["evidence.compared_to", mv.tags["evidence.compared_to"], "evidence.decision", METRIC,
+            needles = ["gate.vs_champion", mv.tags["gate.vs_champion"], "evidence.decision", METRIC,
                        "data.questions.sha256", mv.tags["data.questions.sha256"], "index.synthetic.version"]  # fmt: skip
             text = _wait_text(browser, f"Version {mv.version}", *needles)
             assert ("@ champion" in text) == (str(mv.version) == str(champion.version)), text[:800]

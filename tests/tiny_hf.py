@@ -21,9 +21,9 @@ def save_tiny_hf_model(path: Path) -> Path:
     return path
 
 
-def train_and_eval(cfg, tmp_path: Path, em: float) -> None:
+def train_and_eval(cfg, tmp_path: Path, em: float, baselines: dict[str, float] | None = None) -> None:
     """What the train and evaluate stages leave behind for register: a trained model dir, its logged model, the
-    evaluate run with every metric, eval.json."""
+    evaluate run with every metric, eval.json. `baselines`: system -> its EM on synthetic/dev (direct: 0.0)."""
     from components.evaluation.report import flatten
     from components.tracking.runs import stage_run
 
@@ -32,7 +32,7 @@ def train_and_eval(cfg, tmp_path: Path, em: float) -> None:
         uri = tracker.log_model(model_dir, "agent")
     write_json(artifacts.train_model_json(cfg), {"model_uri": uri, "run_id": tracker.run_id, "path": str(model_dir)})
     report = {"em": {"synthetic": {"dev": em}, "hotpotqa": {"dev": em / 2}},
-              "baseline": {"direct": {"em": {"synthetic": {"dev": 0.0}}}}}  # fmt: skip
+              "baseline": {s: {"em": {"synthetic": {"dev": v}}} for s, v in ({"direct": 0.0} | (baselines or {})).items()}}  # fmt: skip
     with stage_run(cfg, "evaluate") as tracker:
         tracker.log_metrics(flatten(report))
     write_json(artifacts.eval_metrics(cfg), report)

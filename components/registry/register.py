@@ -1,5 +1,5 @@
 """The `register` stage: the agent as a pyfunc model version in the MLflow Model Registry, with compact evidence;
-the champion alias moves only on a win. Full evaluation metrics stay on the evaluate run and the logged model."""
+the champion alias moves only when the version passes the champion gate (gate.py). Full evaluation metrics stay on the evaluate run and the logged model."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from components import artifacts
 from components.config import Config
 from components.evaluation.report import flatten
+from components.registry.gate import champion, judge
 from components.io import disk_full, free_space, full_at, out_of_space, sha256_of, size_of, write_json
 from components.serving.agent import model_corpus
 from components.serving.pyfunc import about_model, log_agent_model
@@ -22,7 +23,7 @@ from components.tracking.runs import STAGE_TAG, tracking_uri
 from components.tracking.tracker import NullTracker, metric_key
 
 log = logging.getLogger(__name__)
-EVIDENCE = "evidence"  # tag prefix on the model version: compared_to, decision, eval_run
+EVIDENCE = "evidence"  # tag prefix on the model version: decision, eval_run (the comparisons: gate.*)
 
 
 @dataclass(frozen=True)
@@ -35,14 +36,7 @@ class Decision:
     champion_value: float | None
     promoted: bool
     reason: str
-
-
-def decide(metric: str, value: float, champion_value: float | None, min_improvement: float) -> tuple[bool, str]:
-    if champion_value is None:
-        return True, f"no champion yet; {metric}={value:.4f}"
-    if value > champion_value + min_improvement:
-        return True, f"{metric}={value:.4f} beats champion {champion_value:.4f} (+{value - champion_value:.4f})"
-    return False, f"{metric}={value:.4f} does not beat champion {champion_value:.4f} by more than {min_improvement}"
+    gate: dict[str, str]  # each comparison of the champion gate, as tagged on the version
 
 
 def _lineage(cfg: Config) -> dict[str, str]:
@@ -177,20 +171,12 @@ def _register(cfg: Config, tracker, client, eval_metrics: dict[str, float], trai
         first = not client.get_registered_model(reg.model_name).description
     except MlflowException:
         first = True  # register_model creates it (creating it here first made MLflow say it "already exists")
-    try:
-        champion = client.get_model_version_by_alias(reg.model_name, reg.alias)
-        champion_value = float(champion.tags[reg.metric]) if reg.metric in champion.tags else None
-        champion_version = str(champion.version)
-    except MlflowException:
-        champion, champion_value, champion_version = None, None, None
-
-    promoted, reason = decide(reg.metric, value, champion_value, reg.min_improvement)
-    if champion is not None and champion_value is None:
-        promoted, reason = True, f"champion v{champion_version} has no {reg.metric} tag; {reason}"
+    champion_version, champion_value = champion(client, reg)
+    verdict = judge(reg, eval_metrics, champion_version, champion_value)
+    promoted, reason = verdict.promoted, verdict.reason
     eval_run = _eval_run(client, cfg, reg.metric, value, trained.get("run_id"))
-    compared = f"v{champion_version} {reg.metric}={champion_value:.6g}" if champion_value is not None else "no champion"
-    evidence = {reg.metric: f"{value:.6g}", f"{EVIDENCE}.compared_to": compared, f"{EVIDENCE}.decision": reason,
-                f"{EVIDENCE}.eval_run": run_link(cfg, eval_run) if eval_run else "not found"}  # fmt: skip
+    evidence = {reg.metric: f"{value:.6g}", f"{EVIDENCE}.decision": reason,
+                f"{EVIDENCE}.eval_run": run_link(cfg, eval_run) if eval_run else "not found"} | verdict.tags()  # fmt: skip
     # pending until its description is written too: a kill before then leaves a version the next run deletes
     mv = mlflow.register_model(info.model_uri, reg.model_name, tags=evidence | _lineage(cfg) | {REGISTRATION_TAG: PENDING})
     if first:
@@ -203,7 +189,8 @@ def _register(cfg: Config, tracker, client, eval_metrics: dict[str, float], trai
     if promoted:  # recorded like a manual promotion, so `agentr1 rollback` can undo it
         move_champion(client, cfg, str(mv.version), "register", reason)
 
-    decision = Decision(reg.model_name, str(mv.version), reg.metric, value, champion_version, champion_value, promoted, reason)
+    decision = Decision(reg.model_name, str(mv.version), reg.metric, value, champion_version, champion_value, promoted,
+                        reason, verdict.tags())  # fmt: skip
     write_json(artifacts.decision(cfg), asdict(decision))
     tracker.log_dict(asdict(decision), "register/decision.json")
     tracker.set_tags({"registered_version": str(mv.version), "promoted": str(promoted), "decision": reason})
