@@ -84,3 +84,20 @@ def test_summary_shows_em_per_system_and_set_the_champion_and_where_to_look(tmp_
     assert str(art / "eval" / "report.html") in text and "make ui" in text
     assert 'agentr1 ask "Who is the rival of Kepa?"' in text  # a question the agent answered right, in its own world
     assert "make serve" in text and "agentr1 ask --url http://127.0.0.1:5001" in text
+
+
+def test_summary_says_when_a_refused_version_leaves_no_champion(tmp_path):
+    """The gate can refuse the first version: the summary says there is no champion (not "champion stays vNone")."""
+    import json
+
+    from components.config import parse_config
+    from components.evaluation.summary import render
+
+    cfg = parse_config({"project": {"artifacts_dir": str(tmp_path / "artifacts")}})
+    (cfg.artifacts / "metrics").mkdir(parents=True)
+    (cfg.artifacts / "register").mkdir()
+    (cfg.artifacts / "metrics" / "eval.json").write_text(json.dumps({"em": {"synthetic": {"dev": 0.07}}}))
+    (cfg.artifacts / "register" / "decision.json").write_text(json.dumps(
+        {"model_name": "agentr1-search-agent", "version": "1", "champion_version": None, "promoted": False,
+         "reason": "em/synthetic/dev=0.0700; no champion yet; does not beat base_agent 0.1200"}))  # fmt: skip
+    assert "agentr1-search-agent v1: not promoted, no champion yet (em/synthetic/dev=0.0700;" in render(cfg)

@@ -23,7 +23,8 @@ def render(cfg: Config) -> str:
     if decision_path.exists():
         d = json.loads(decision_path.read_text())
         champion = d["version"] if d["promoted"] else d.get("champion_version")
-        verdict = "promoted to champion" if d["promoted"] else f"not promoted, champion stays v{champion}"
+        stays = f"champion stays v{champion}" if champion is not None else "no champion yet"
+        verdict = "promoted to champion" if d["promoted"] else f"not promoted, {stays}"
         lines.append(f"Registered {d['model_name']} v{d['version']}: {verdict} ({d['reason']}).")
     else:
         lines.append(f"Not registered yet: {decision_path} is missing (run `dvc repro register`).")
