@@ -1,5 +1,6 @@
 """The `register` stage: the agent as a pyfunc model version in the MLflow Model Registry, with compact evidence;
-the champion alias moves only when the version passes the champion gate (gate.py). Full evaluation metrics stay on the evaluate run and the logged model."""
+the champion alias moves only when the version passes the champion gate (gate.py). Full evaluation metrics stay on
+the evaluate run and the logged model."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from pathlib import Path
 from components import artifacts
 from components.config import Config
 from components.evaluation.report import flatten
-from components.registry.gate import champion, judge
 from components.io import disk_full, free_space, full_at, out_of_space, sha256_of, size_of, write_json
+from components.registry.gate import champion, judge
 from components.serving.agent import model_corpus
 from components.serving.pyfunc import about_model, log_agent_model
 from components.tracking.promote import move_champion
