@@ -13,6 +13,7 @@ import pytest
 from components.env import apply_defaults
 
 ROOT = Path(__file__).resolve().parents[1]
+START_CWD = Path.cwd()  # the session's working directory: a fixture that changes it restores it before its tests run
 
 
 def load_benchmark(name: str):

@@ -1,6 +1,11 @@
 """A small real project after train + evaluate (tiny model, synthetic world, real MLflow sqlite store), shared by
 the report, traces and progress tests: one run per test session."""
 
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -9,7 +14,7 @@ import yaml
 import components.data.prepare as prepare
 import components.model.base_model as base_model
 import components.retrieval.index as index
-from components.config import load_config
+from components.config import Config, load_config
 from components.stages import run_stage
 from components.tracking.tracker import NullTracker
 from tests.toy import small_raw
@@ -30,17 +35,42 @@ def small_params(art: Path) -> dict:
     }  # fmt: skip
 
 
-@pytest.fixture(scope="session")
-def evaluated(tmp_path_factory):
-    """A project dir (params.yaml, mlflow.db) after a real train + evaluate; yields (project, cfg)."""
-    project = tmp_path_factory.mktemp("proj")
-    (project / "params.yaml").write_text(yaml.safe_dump(small_params(project / "artifacts")))
+@dataclass(frozen=True)
+class Evaluated:
+    root: Path  # the project: params.yaml, artifacts/, mlflow.db
+    cfg: Config
+
+    @property
+    def artifacts(self) -> Path:
+        return self.root / "artifacts"
+
+    @property
+    def uri(self) -> str:
+        return f"sqlite:///{self.root / 'mlflow.db'}"
+
+
+@contextmanager
+def inside(project: Path, uri: str) -> Iterator[None]:
+    """The working directory is `project` and MLflow's store `uri` within the block; both are as before after it."""
+    from mlflow.tracking._tracking_service import utils
+
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(project)
-        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
-        cfg = load_config(project / "params.yaml")
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        mp.setattr(utils, "_tracking_uri", utils._tracking_uri)  # the stages' mlflow.set_tracking_uri is undone too
+        yield
+
+
+@pytest.fixture(scope="session")
+def evaluated(tmp_path_factory) -> Evaluated:
+    """A project after a real train + evaluate. Its tests name its files by `root`: the process's working directory
+    and MLflow store stay the session's."""
+    root = tmp_path_factory.mktemp("proj")
+    (root / "params.yaml").write_text(yaml.safe_dump(small_params(root / "artifacts")))
+    done = Evaluated(root, load_config(root / "params.yaml"))
+    with inside(root, done.uri):
         for stage in (prepare, index, base_model):
-            stage.run(cfg, NullTracker())
-        run_stage("train", cfg)
-        run_stage("evaluate", cfg)
-        yield project, cfg
+            stage.run(done.cfg, NullTracker())
+        run_stage("train", done.cfg)
+        run_stage("evaluate", done.cfg)
+    return done

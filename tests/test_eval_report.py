@@ -3,6 +3,8 @@ episodes it logs as MLflow traces, read back from the real sqlite store. One sma
 base_model, 2 training steps (one evaluation step) and the evaluation of the agent and three baselines."""
 
 import json
+import os
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -12,7 +14,14 @@ from selenium.webdriver.support.ui import Select
 from components.evaluation.html_report import render
 from components.rollout.evaluate import AgentResult
 from tests.browser import screenshot
+from tests.conftest import START_CWD
 from tests.evaluated_project import SETS, SYSTEMS, TRACES
+
+
+def test_the_project_fixture_leaves_the_working_directory_and_store_alone(evaluated):
+    """The fixture builds in its own directory and MLflow store; its tests run where the session started."""
+    assert Path.cwd() == START_CWD != evaluated.root
+    assert evaluated.uri not in (os.environ.get("MLFLOW_TRACKING_URI"), mlflow.get_tracking_uri())
 
 
 def _visible(browser) -> list:
@@ -20,7 +29,7 @@ def _visible(browser) -> list:
 
 
 def test_report_filters_in_a_real_browser(evaluated, browser, tmp_path):
-    project, _ = evaluated
+    project = evaluated.root
     report = json.loads((project / "artifacts" / "metrics" / "eval.json").read_text())
     predictions = [json.loads(line) for line in (project / "artifacts" / "eval" / "predictions.jsonl").open()]
     n = {s: 8 for s in SETS}
@@ -80,12 +89,11 @@ def test_report_states_and_applies_its_cap():
 
 
 def test_episodes_are_traces_in_the_mlflow_store(evaluated):
-    project, cfg = evaluated
-    client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    project, cfg = evaluated.root, evaluated.cfg
+    client = mlflow.MlflowClient(evaluated.uri)
     exp = client.get_experiment_by_name(cfg.tracking.experiment).experiment_id
     (eval_run,) = client.search_runs([exp], "tags.`agentr1.stage` = 'evaluate'")
-    mlflow.set_tracking_uri(f"sqlite:///{project / 'mlflow.db'}")
-    traces = mlflow.search_traces(locations=[exp], filter_string="tag.`agentr1.stage` = 'evaluate'", return_type="list")
+    traces = client.search_traces(locations=[exp], filter_string="tag.`agentr1.stage` = 'evaluate'")
     assert len(traces) == len(SYSTEMS) * len(SETS) * TRACES
     predictions = {(p["system"], p["set"], p["question_id"]): p
                    for p in map(json.loads, (project / "artifacts" / "eval" / "predictions.jsonl").open())}  # fmt: skip
@@ -114,7 +122,7 @@ def test_episodes_are_traces_in_the_mlflow_store(evaluated):
             assert root.start_time_ns <= s.start_time_ns <= s.end_time_ns <= root.end_time_ns
     first = {(s, d) for s in SYSTEMS for d in SETS}
     assert {(s, d) for s, d, _ in seen} == first  # the first TRACES questions of every pair
-    train = mlflow.search_traces(locations=[exp], filter_string="tag.`agentr1.stage` = 'train'", return_type="list")
+    train = client.search_traces(locations=[exp], filter_string="tag.`agentr1.stage` = 'train'")
     assert 1 <= len(train) <= TRACES and {t.info.tags["agentr1.step"] for t in train} == {"2"}
     assert all(any(s.span_type == "CHAT_MODEL" for s in t.data.spans) for t in train)
 
@@ -145,7 +153,7 @@ def test_report_says_what_it_evaluated_and_draws_its_charts_offline(evaluated, b
 
     from components.evaluation.evaluate import params_digest
 
-    project, cfg = evaluated
+    project, cfg = evaluated.root, evaluated.cfg
     dev = list(csv.DictReader((project / "artifacts" / "train" / "dev_curve.csv").open()))
     assert dev, "the train stage recorded a dev curve"
     browser.execute_cdp_cmd("Network.enable", {})

@@ -21,7 +21,7 @@ def _env(project: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize(("stage", "bar", "rate"), [("evaluate", "agent synthetic/dev", "tok/s"), ("validate", "validate", "suite/s")])
 def test_stage_bars_on_a_terminal_and_none_in_a_pipe(evaluated, stage, bar, rate):
-    project, _ = evaluated
+    project = evaluated.root
     cmd = [AGENTR1, stage, "-p", "params.yaml"]
     shown = in_pty(cmd, project, _env(project))
     assert bar in shown and rate in shown and "\r" in shown and "100%" in shown, shown[-2000:]
