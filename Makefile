@@ -82,12 +82,11 @@ PROFILE ?=
 SET ?=
 overrides = $(if $(PROFILE),-S profile=$(PROFILE)) $(foreach s,$(SET),-S $(s))
 
+# scripts/run.sh: `dvc repro`, or `dvc exp run` with the overrides and params.yaml as it was afterwards; then the summary.
 run: setup
 	@if $(uses_es); then scripts/es.sh start; fi
 	if $(uses_vllm); then $(MAKE) --no-print-directory vllm; fi
-	if [[ -n "$(strip $(overrides))" ]]; then $(BIN)/dvc exp run $(overrides); else $(BIN)/dvc repro; fi
-	echo
-	$(BIN)/agentr1 summary $(overrides)
+	scripts/run.sh $(overrides)
 
 # EM per system and set, the champion, where the report is. (summary, ui and plots read what `make run` made:
 # they install nothing.)

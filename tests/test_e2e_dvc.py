@@ -117,7 +117,9 @@ def test_full_pipeline_and_algorithm_variant(built, tmp_path):
     decision = json.loads((project / "artifacts" / "register" / "decision.json").read_text())
     assert decision["promoted"] is True
 
-    exp = run(["dvc", "exp", "run", "-S", "train.algorithm=ppo"], project)
+    params = (project / "params.yaml").read_bytes()
+    exp = run(["scripts/run.sh", "-S", "train.algorithm=ppo"], project)  # `make run SET=train.algorithm=ppo`
+    assert "EM per system and set" in exp.stdout  # the run's summary
     # Upstream stages are untouched; evaluate re-runs, comes from the run-cache, or is skipped when the
     # variant's weights are bit-identical (2 steps with no reward signal).
     assert ran(exp.stdout)[0] == "train" and "register" in ran(exp.stdout)
@@ -125,6 +127,31 @@ def test_full_pipeline_and_algorithm_variant(built, tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("agentr1").experiment_id],
                               filter_string="tags.`agentr1.stage` = 'train'")
     assert sorted(r.data.params["train.algorithm"] for r in runs) == ["grpo", "ppo"]
+    _left_params_as_they_were(project, params)
+    assert [p["train"]["algorithm"] for p in _experiments(project).values()] == ["ppo"]
+    status = run(["dvc", "status"], project).stdout  # the file's params are not the experiment's (README)
+    assert "train" in status and "train.algorithm" in status
+
+    again = run(["scripts/run.sh", "-S", "train.algorithm=ppo"], project)
+    assert ran(again.stdout) == []
+    _left_params_as_they_were(project, params)
+
+    failed = run(["scripts/run.sh", "-S", "train.algorithm=ppo", "-S", "retrieval.top_k=-1"], project, check=False)
+    assert failed.returncode != 0 and "retrieval.top_k" in failed.stdout + failed.stderr
+    _left_params_as_they_were(project, params)
+
+
+def _left_params_as_they_were(project, params: bytes) -> None:
+    """`make run` with overrides (scripts/run.sh) leaves params.yaml's bytes, and every tracked file, as they were."""
+    assert (project / "params.yaml").read_bytes() == params
+    assert run(["git", "status", "--porcelain", "--untracked-files=no"], project).stdout == ""
+
+
+def _experiments(project) -> dict[str, dict]:
+    """`dvc exp show --json`: each experiment's name -> its params.yaml values."""
+    shown = json.loads(run(["dvc", "exp", "show", "--json"], project).stdout)
+    return {rev["name"]: rev["data"]["params"]["params.yaml"]["data"]
+            for base in shown for exp in base.get("experiments") or [] for rev in exp["revs"]}
 
 
 @pytest.mark.slow
