@@ -39,7 +39,7 @@ MEAN_TOL = 0.1
 def real(tmp_path_factory):
     root = tmp_path_factory.mktemp("vllm")
     overrides = {
-        "profile": "real", "project.artifacts_dir": str(root / "artifacts"), "model.cache_dir": str(root / "cache"),
+        "profile": "real", "project.artifacts_dir": str(root / "artifacts"),  # the project's model cache: converted once
         "rollout.engine": "vllm", "rollout.vllm.kv_cache_mb": 512, "agent.max_turns": 2,
         "agent.max_tokens_per_turn": 24, "train.questions_per_step": 2, "train.group_size": 2,
     }  # fmt: skip
