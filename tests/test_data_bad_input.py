@@ -92,6 +92,14 @@ def orig(i, **kw):
     return {**row, **kw}
 
 
+def mq(i, idx=1, second="Who founded #1 ?"):
+    """A MuSiQue row whose decomposition's second step reads paragraph `idx` (1: the right one)."""
+    pars = [{"title": t, "paragraph_text": f"{t} text.", "is_supporting": t != "C"} for t in ("A", "B", "C")]
+    steps = [{"question": "What is A?", "answer": "B", "paragraph_support_idx": 0},
+             {"question": second, "answer": "a", "paragraph_support_idx": idx}]  # fmt: skip
+    return {"id": f"m{i}", "question": "q?", "answer": "a", "paragraphs": pars, "question_decomposition": steps}
+
+
 def jlist(*rows) -> bytes:
     return json.dumps(list(rows)).encode()
 
@@ -125,6 +133,14 @@ LITERAL_CASES = {
                                r"hp\.jsonl: line 2: missing field 'question'"),
     "musique_jsonl_truncated": ("musique", "mu.jsonl", b'{"id": "b", "para\n',
                                 r"mu\.jsonl: line 1: invalid JSON \(truncated\?\)"),
+    "musique_step_not_a_paragraph": ("musique", "mu.json", jlist(mq(0), mq(1, idx=5)),
+                                     r"mu\.json: row 1: question_decomposition\[1\]: paragraph_support_idx 5 is not a paragraph"),
+    "musique_step_not_supporting": ("musique", "mu.json", jlist(mq(0, idx=2)),
+                                    r"mu\.json: row 0: question_decomposition\[1\]: paragraph_support_idx 2 is not a supporting paragraph"),
+    "musique_step_bad_reference": ("musique", "mu.json", jlist(mq(0, second="Where is #2 ?")),
+                                   r"mu\.json: row 0: question_decomposition\[1\]: field 'question': #2 names no earlier step"),
+    "2wiki_bad_evidence": ("2wiki_context", "2w.json", jlist(wiki2(0, evidences="[['T', 'father']]")),
+                           r"2w\.json: row 0: evidences\[0\] must be \[subject, relation, object\]"),
 }  # fmt: skip
 CASES.update(LITERAL_CASES)
 

@@ -64,6 +64,29 @@ def test_musique_supporting_count_matches_decomposition():
         assert q.answers[0] == r["answer"] and set(r["answer_aliases"]) <= set(q.answers)
 
 
+def test_musique_path_follows_the_decomposition():
+    qs, ps = load("musique", "musique", "musique/musique_ans_train_100.json", split="train")
+    raw = json.loads((DATA / "musique/musique_ans_train_100.json").read_text())
+    by_id = {p.id: p for p in ps}
+    for q, r in zip(qs, raw):
+        steps = r["question_decomposition"]
+        assert [by_id[i].title for i in q.supporting_ids] == [r["paragraphs"][s["paragraph_support_idx"]]["title"] for s in steps]
+        assert len(q.hops) == len(steps) and not any("#" in h or ">>" in h for h in q.hops)
+    assert qs[0].hops == ["What company published Journal of Psychotherapy Integration?",
+                          "Who was the first president of American Psychological Association?"]  # fmt: skip
+
+
+def test_2wiki_path_follows_the_evidences():
+    qs, ps = load("2wiki", "2wiki_context", "2wikimultihopqa/train_500_with_context.json", split="train")
+    raw = json.loads((DATA / "2wikimultihopqa/train_500_with_context.json").read_text())
+    by_id = {p.id: p for p in ps}
+    assert all(q.hops for q in qs)
+    q, r = qs[0], raw[0]
+    assert q.hops == ["Get Low performer", "Dillon Francis date of birth"]
+    assert [by_id[i].title for i in q.supporting_ids] == ["Get Low (Dillon Francis and DJ Snake song)", "Dillon Francis"]
+    assert len(q.hops) == len(r["evidences"])
+
+
 def test_2wiki_has_no_passages():
     qs, ps = load("2wikimultihopqa", "2wiki", "2wikimultihopqa/dev_500_qa_only.jsonl")
     check_common(qs, ps, "2wikimultihopqa")

@@ -27,6 +27,7 @@ QUESTION_SCHEMA = pa.schema(
         ("split", pa.string()),
         ("supporting_ids", pa.list_(pa.string())),
         ("corpus", pa.string()),
+        ("hops", pa.list_(pa.string())),
     ]
 )
 PASSAGE_SCHEMA = pa.schema([(f, pa.string()) for f in ("id", "title", "text", "corpus")])

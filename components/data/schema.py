@@ -12,8 +12,11 @@ class Question:
     answers: list[str]
     dataset: str
     split: str
-    supporting_ids: list[str] = field(default_factory=list)
+    supporting_ids: list[str] = field(default_factory=list)  # in the gold path's order when `hops` is set
     corpus: str = "wiki"  # which index answers this question's searches
+    # the annotated gold path: one search query per supporting passage, in supporting_ids' order (MuSiQue's
+    # decomposition, 2Wiki's evidences); empty when the annotation gives no order (HotpotQA)
+    hops: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

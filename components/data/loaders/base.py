@@ -35,7 +35,7 @@ class Questions:
         return lo <= id_hash(raw_id) < hi
 
     def add(self, where: str, raw_id: object, question: str, answers: list[str],
-            supporting_ids: list[str] | None = None) -> None:  # fmt: skip
+            supporting_ids: list[str] | None = None, hops: list[str] | None = None) -> None:  # fmt: skip
         if not self.wants(raw_id):
             return
         qid = f"{self.spec.name}:{raw_id}"
@@ -43,7 +43,7 @@ class Questions:
             raise DataError(f"{where}: duplicate id {cut(str(raw_id))!r} (first seen at {self._seen[qid]})")
         self._seen[qid] = where
         self.items.append(
-            Question(qid, question.strip(), answers, self.spec.name, self.spec.split, supporting_ids or [], "wiki")
+            Question(qid, question.strip(), answers, self.spec.name, self.spec.split, supporting_ids or [], "wiki", hops or [])
         )
 
 
