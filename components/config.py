@@ -355,6 +355,12 @@ class ModelConfig(Section):
         default=0.0, ge=0, description="entropy floor (nats, at train.temperature) where content tokens (queries, "
         "answers) are predicted in held-out transcripts: a probe below it ends the warm-up with the last weights above it",
     )  # fmt: skip
+    # Cold start (components/model/cold_start.py): SFT on the train questions' gold-path transcripts, before the
+    # format warm-up; it shares the warm-up's batch sizes and probe questions (held out from it).
+    warmup_cold_start_steps: int = Field(
+        default=0, ge=0, description="SFT steps on gold-path transcripts of train questions before the format warm-up; 0 = off"
+    )
+    warmup_cold_start_lr: float = Field(default=2e-6, gt=0, description="learning rate of the cold start's SFT")
 
     @model_validator(mode="after")
     def _gguf_pinned(self) -> ModelConfig:

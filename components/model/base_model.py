@@ -23,7 +23,7 @@ from components.data.prepare import read_passages, read_questions
 from components.data.schema import Question
 from components.data.synthetic import COUNTERFACTUAL, FACTUAL, RELATIONS, question_text, words
 from components.io import atomic_path
-from components.model import warmup
+from components.model import cold_start, warmup
 from components.model.loading import RolloutWeights, autocast, load_model, pick_device
 from components.model.priming import corpus_chunks, make_transcripts, prime
 from components.model.source import SOURCE_FILE, materialise
@@ -49,7 +49,7 @@ def run(cfg: Config, tracker) -> dict[str, float]:
     tracker.set_tags({"base_model": cfg.model.name_or_path, **{f"base_model.{k}": str(v) for k, v in info.items()}})
     metrics = {"params": float(info["params"])}
     with atomic_path(out) as tmp:
-        if cfg.model.warmup_steps:
+        if cfg.model.warmup_steps or cfg.model.warmup_cold_start_steps:
             metrics |= warm_up_real(cfg, pretrained, tmp, tracker)
         else:
             shutil.copytree(pretrained, tmp)
@@ -57,7 +57,8 @@ def run(cfg: Config, tracker) -> dict[str, float]:
 
 
 def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]:
-    """The format warm-up on train-split questions of train.datasets, probed on other train-split questions;
+    """The cold start (model.warmup_cold_start_steps), then the format warm-up (model.warmup_steps), on
+    train-split questions of train.datasets, probed on other train-split questions (held out from both);
     the warmed-up model is saved at `out`."""
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
@@ -65,38 +66,24 @@ def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]
     train = [q for q in prepared if q.dataset in cfg.train.datasets and q.split == "train"]
     mc = cfg.model
     if len(train) < 2:
-        raise ValueError(f"model.warmup_steps: fewer than 2 train-split questions of train.datasets={cfg.train.datasets}")
+        raise ValueError(f"model.warmup: fewer than 2 train-split questions of train.datasets={cfg.train.datasets}")
     rng = random.Random(f"agentr1-warmup:{cfg.project.seed}")
     order = rng.sample(train, len(train))
     n_probe = min(mc.warmup_probe_questions, len(train) // 2)
     probe_qs, questions = order[:n_probe], order[n_probe : n_probe + mc.warmup_questions]
-    supporting = {i for q in questions for i in q.supporting_ids}
-    passages = read_passages(artifacts.require(cfg, artifacts.passages(cfg)))
-    titles = {p.id: p.title for p in passages if p.id in supporting}
+    passages = {p.id: p for p in read_passages(artifacts.require(cfg, artifacts.passages(cfg)))}
+    titles = {i: p.title for i, p in passages.items()}
     model, tok = load_model(src, cfg, pick_device(cfg))
     chat = ChatFormat.for_agent(tok, cfg.agent)  # as the trainer's rollouts
     backend = make_backend(cfg)
-    # the probes roll out on vLLM (sent the weights before each) or on the model itself
-    actor = RolloutWeights(model, cfg, src) if cfg.rollout.engine == "vllm" else None
+    metrics: dict[str, float] = {}
+    # the warm-up's probes roll out on vLLM (sent the weights before each) or on the model itself
+    actor = RolloutWeights(model, cfg, src) if cfg.rollout.engine == "vllm" and mc.warmup_steps else None
     try:
-        data = [t.seq for t in warmup.transcripts(questions, backend, chat, cfg, titles, rng)]
-        held_out = warmup.transcripts(probe_qs, backend, chat, cfg, titles, rng)
-        if not data:
-            raise ValueError("model.warmup_steps: no warm-up transcript fits agent.max_total_tokens")
-        seed = cfg.project.seed
-
-        def measure(step: int) -> dict[str, float]:
-            backend.reseed(0, 2)  # every probe sees the same retriever ties
-            shown: list[str] = []
-            if actor is not None:
-                actor.sync()
-            scores = warmup.probe(actor.model if actor else model, chat, backend, probe_qs, cfg, seed, shown)
-            tracker.log_text("\n\n".join(shown), f"warmup/probe_step_{step:04d}.txt")
-            with autocast(cfg, next(model.parameters()).device):
-                forced = warmup.content_entropy_forced(model, held_out, chat.pad_id, cfg.train.temperature)
-            return scores | {"content_entropy_forced": forced}
-
-        result = warmup.warm_up(model, data, cfg, chat.pad_id, measure, log=tracker.log_metrics)
+        if mc.warmup_cold_start_steps:
+            metrics |= cold_start.run(model, chat, backend, order[n_probe:], prepared, passages, cfg, tracker)
+        if mc.warmup_steps:
+            metrics |= _format_warm_up(model, actor, chat, backend, questions, probe_qs, titles, cfg, rng, tracker)
     finally:
         backend.close()
         if actor is not None:
@@ -104,6 +91,32 @@ def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]
     model.save_pretrained(out)
     tok.save_pretrained(out)
     shutil.copy(src / SOURCE_FILE, out / SOURCE_FILE)
+    return metrics
+
+
+def _format_warm_up(model, actor: RolloutWeights | None, chat: ChatFormat, backend, questions: list[Question],
+                    probe_qs: list[Question], titles: dict[str, str], cfg: Config, rng: random.Random,
+                    tracker) -> dict[str, float]:  # fmt: skip
+    """The format warm-up (components/model/warmup.py) on `questions`, probed on `probe_qs` (on `actor`'s vLLM
+    process when there is one)."""
+    data = [t.seq for t in warmup.transcripts(questions, backend, chat, cfg, titles, rng)]
+    held_out = warmup.transcripts(probe_qs, backend, chat, cfg, titles, rng)
+    if not data:
+        raise ValueError("model.warmup_steps: no warm-up transcript fits agent.max_total_tokens")
+    seed = cfg.project.seed
+
+    def measure(step: int) -> dict[str, float]:
+        backend.reseed(0, 2)  # every probe sees the same retriever ties
+        shown: list[str] = []
+        if actor is not None:
+            actor.sync()
+        scores = warmup.probe(actor.model if actor else model, chat, backend, probe_qs, cfg, seed, shown)
+        tracker.log_text("\n\n".join(shown), f"warmup/probe_step_{step:04d}.txt")
+        with autocast(cfg, next(model.parameters()).device):
+            forced = warmup.content_entropy_forced(model, held_out, chat.pad_id, cfg.train.temperature)
+        return scores | {"content_entropy_forced": forced}
+
+    result = warmup.warm_up(model, data, cfg, chat.pad_id, measure, log=tracker.log_metrics)
     return result.metrics(len(data))
 
 

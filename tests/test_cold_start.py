@@ -1,0 +1,183 @@
+"""The cold start (components/model/cold_start.py) on the shipped data with Qwen2.5's real tokenizer and chat
+template: transcripts walk each train question's gold path through the real environment and retriever, every model
+turn parses as a search call or an answer, the action mask covers exactly the model's turns, no dev question,
+answer or passage shows; the SFT on them and its place in the base_model stage's warm-up."""
+
+from __future__ import annotations
+
+import html
+
+import pytest
+import torch
+
+from components import artifacts
+from components.agent.parser import Answer, ToolCall, parse_turn
+from components.agent.tools import SearchTool, validate_arguments
+from components.config import load_config
+from components.data.prepare import load_all, write_passages, write_questions
+from components.data.schema import Passage, Question
+from components.io import write_json
+from components.model import cold_start
+from components.model.base_model import warm_up_real
+from components.model.source import SOURCE_FILE
+from components.retrieval.embedded import EmbeddedBackend
+from components.rollout.chat import ChatFormat
+from components.tracking.tracker import NullTracker
+from tests.conftest import ROOT
+from tests.real_tokenizer import qwen_tokenizer
+
+DATASETS = ("hotpotqa", "2wiki", "musique")
+PER_DATASET = 10
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    """The qwen profile over a project in a temp dir: the first train questions of each dataset and every held-out
+    question prepared with the whole corpus, the corpus indexed where the base_model stage looks, Qwen's tokenizer."""
+    root = tmp_path_factory.mktemp("cold_start")
+    cfg = _config(root)
+    questions, passages = load_all(cfg.data, ROOT / "data")
+    train = [q for d in DATASETS for q in [q for q in questions if q.dataset == d and q.split == "train"][:PER_DATASET]]
+    held = [q for q in questions if q.split != "train"]
+    artifacts.prepared(cfg).mkdir(parents=True)
+    write_questions(artifacts.questions(cfg), train + held)
+    supporting = {i for q in train + held for i in q.supporting_ids}
+    write_passages(artifacts.passages(cfg), [p for p in passages if p.id in supporting])  # what the warm-up reads
+    backend = EmbeddedBackend(artifacts.index(cfg), cfg.retrieval.embedded, seed=cfg.project.seed)
+    backend.build("wiki", passages)
+    tok = qwen_tokenizer(root / "tok")
+    yield cfg, train, held, {p.id: p for p in passages}, backend, tok, root
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def made(shipped):
+    cfg, train, held, passages, backend, tok, _ = shipped
+    chat = ChatFormat.for_agent(tok, cfg.agent)
+    backend.reseed(0, 1)
+    data, drops = cold_start.transcripts(train, backend, chat, cfg, passages, cold_start.held_out_passages(held))
+    return data, drops, chat
+
+
+def test_every_dataset_gives_transcripts_along_its_gold_path(made, shipped):
+    data, drops, _ = made
+    passages = shipped[3]
+    assert {t.episode.question.dataset for t in data} == set(DATASETS)
+    assert len(data) + sum(drops.values()) == len(DATASETS) * PER_DATASET
+    for t in data:
+        q, ep = t.episode.question, t.episode
+        path = cold_start.gold_path(q, passages)
+        assert path and {pid for _, pid in path} <= ep.seen_ids  # every gold passage was shown
+        assert 1 <= ep.n_valid_calls == ep.n_calls <= len(path)
+        assert ep.answer in q.answers
+
+
+def test_model_turns_parse_and_the_action_mask_covers_exactly_them(made):
+    data, _, chat = made
+    for t in data:
+        in_turns = {i for s, e in t.turn_spans for i in range(s, e)}
+        assert {i for i, m in enumerate(t.action_mask) if m} == in_turns
+        assert t.turn_spans[0][0] == t.prompt_len and len(t.input_ids) == len(t.action_mask)
+        actions = [parse_turn(chat.decode_turn(t.input_ids[s:e])) for s, e in t.turn_spans]
+        *calls, answer = actions
+        assert isinstance(answer, Answer) and answer.text == t.episode.answer
+        for call in calls:
+            assert isinstance(call, ToolCall) and call.name == "search"
+            assert validate_arguments(SearchTool, call.arguments) is None
+        assert all(t.input_ids[e - 1] == chat.eos_id for _, e in t.turn_spans)
+        # between two turns: exactly what the rollout inserts for the environment's observation
+        observations = [text for role, text in t.episode.log if role == "tool"]
+        for (_, end), (start, _), obs in zip(t.turn_spans, t.turn_spans[1:], observations):
+            assert tuple(t.input_ids[end:start]) == chat.insert_ids(obs, True)
+
+
+def test_no_dev_question_answer_or_passage_in_any_transcript(made, shipped):
+    data, drops, chat = made
+    _, train, held, passages, *_ = shipped
+    held_ids = cold_start.held_out_passages(held)
+    assert drops["held_out_shown"] > 0  # the retriever does reach dev passages from train questions
+    texts = [chat.tok.decode(t.input_ids) for t in data]
+    train_answers = {a for q in train for a in q.answers}
+    dev_only_answers = {a for q in held for a in q.answers} - train_answers
+    train_texts = {q.question for q in train}
+    for t, text in zip(data, texts):
+        assert not (t.episode.seen_ids & held_ids)
+        assert t.episode.answer not in dev_only_answers
+    for q in held:
+        if q.question not in train_texts:
+            assert not any(q.question in text for text in texts), q.id
+    for pid in held_ids:
+        start = html.escape(passages[pid].text[:60], quote=False)
+        assert not any(start in text for text in texts), pid
+
+
+def test_a_hop_query_names_only_what_was_shown():
+    question = "What is the date of birth of the performer of song Get Low?"
+    assert cold_start.unshown_names("Get Low performer", question) == []
+    assert cold_start.unshown_names("Dillon Francis date of birth", question) == ["Dillon Francis"]
+    assert cold_start.unshown_names("Dillon Francis date of birth", question + " [1] Get Low: by Dillon Francis") == []
+    assert cold_start.unshown_names("What year was it released in 1987?", "it came out") == ["1987"]
+
+
+def test_hotpotqa_path_is_the_question_then_the_bridge_named_in_the_first_passage():
+    first = Passage("p1", "Alû", "Alû is a demon, associated with Gallu and Lilu.")
+    second = Passage("p2", "Lilu (mythology)", "A lilu is a spirit.")
+    unrelated = Passage("p3", "Zeta", "Nothing here.")
+    passages = {p.id: p for p in (first, second, unrelated)}
+    q = Question("h:1", "Alû is associated with which spirit?", ["a spirit"], "hotpotqa", "train", ["p2", "p1"])
+    assert cold_start.gold_path(q, passages) == [(q.question, "p1"), ("Lilu", "p2")]
+    q2 = Question("h:2", "Which demon has no mouth?", ["x"], "hotpotqa", "train", ["p1", "p3"])
+    assert cold_start.gold_path(q2, passages) == []  # neither is named by the question or the other: no second query
+
+
+def test_base_model_warm_up_runs_the_cold_start_sft(shipped, tmp_path):
+    """model.warmup_cold_start_steps alone: the stage builds the transcripts, learns them and saves the weights."""
+    *_, tok, root = shipped
+    cfg = _sft_cfg(root, warmup_steps=0)  # the cold start alone
+    src = tmp_path / "pretrained"
+    model = _tiny_model(tok)
+    model.save_pretrained(src)
+    tok.save_pretrained(src)
+    write_json(src / SOURCE_FILE, {})
+    top = "model.layers.0.mlp.down_proj.weight"  # a trainable layer (train.trainable_layers: the top 8)
+    before = model.state_dict()[top].clone()
+
+    class Logged(NullTracker):
+        texts: dict[str, str] = {}
+
+        def log_text(self, text, artifact_file):
+            self.texts[artifact_file] = text
+
+    tracker = Logged()
+    metrics = warm_up_real(cfg, src, tmp_path / "base", tracker)
+    assert metrics["cold_start_transcripts"] >= 1 and metrics["cold_start_loss"] < metrics["cold_start_first_loss"]
+    assert "<tool_call>" in tracker.texts["cold_start/transcripts.txt"]
+    from transformers import AutoModelForCausalLM
+
+    after = AutoModelForCausalLM.from_pretrained(tmp_path / "base").state_dict()[top]
+    assert not torch.equal(before, after)
+
+
+def test_the_default_and_qwen_profiles_leave_the_cold_start_off():
+    for profile in (None, "qwen", "real"):
+        assert load_config(ROOT / "params.yaml", {"profile": profile}).model.warmup_cold_start_steps == 0
+
+
+def _config(root, **model):
+    overrides = {"profile": "qwen", "project.artifacts_dir": str(root / "artifacts")}
+    return load_config(ROOT / "params.yaml", overrides | {f"model.{k}": v for k, v in model.items()})
+
+
+def _sft_cfg(root, **model):
+    """A few quick SFT steps on a tiny model: a high learning rate, small batches, no autocast."""
+    return _config(root, warmup_cold_start_steps=3, warmup_cold_start_lr=1e-2, warmup_batch_size=2,
+                   warmup_micro_batch_size=2, autocast=False, **model)  # fmt: skip
+
+
+def _tiny_model(tok):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096)  # fmt: skip
+    return Qwen2ForCausalLM(config)
