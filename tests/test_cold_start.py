@@ -111,6 +111,21 @@ def test_no_dev_question_answer_or_passage_in_any_transcript(made, shipped):
         assert not any(start in text for text in texts), pid
 
 
+def test_under_the_forced_first_search_the_question_search_is_prompt(shipped):
+    _, train, held, passages, backend, tok, root = shipped
+    cfg = _config(root, {"agent.force_first_search": True})
+    chat = ChatFormat.for_agent(tok, cfg.agent)
+    backend.reseed(0, 1)
+    data, _ = cold_start.transcripts(train, backend, chat, cfg, passages, cold_start.held_out_passages(held))
+    assert data
+    for t in data:
+        q = t.episode.question
+        assert t.episode.first_search is not None and t.prompt_len > len(chat.prompt_ids(q.question))
+        assert not any(t.action_mask[: t.prompt_len]) and t.turn_spans[0][0] == t.prompt_len
+        queries = [parse_turn(chat.decode_turn(t.input_ids[s:e])) for s, e in t.turn_spans[:-1]]
+        assert all(c.arguments["query"] != q.question for c in queries)  # the environment searched it already
+
+
 def test_a_hop_query_names_only_what_was_shown():
     question = "What is the date of birth of the performer of song Get Low?"
     assert cold_start.unshown_names("Get Low performer", question) == []
@@ -163,8 +178,8 @@ def test_the_default_and_qwen_profiles_leave_the_cold_start_off():
         assert load_config(ROOT / "params.yaml", {"profile": profile}).model.warmup_cold_start_steps == 0
 
 
-def _config(root, **model):
-    overrides = {"profile": "qwen", "project.artifacts_dir": str(root / "artifacts")}
+def _config(root, extra: dict | None = None, **model):
+    overrides = {"profile": "qwen", "project.artifacts_dir": str(root / "artifacts"), **(extra or {})}
     return load_config(ROOT / "params.yaml", overrides | {f"model.{k}": v for k, v in model.items()})
 
 

@@ -10,7 +10,7 @@ bridge order: the question first, then the title of the passage the first one (o
 
 A transcript is kept only when it is honest:
 - every hop's gold passage is among the hits of its query (a hop whose gold passage an earlier search already
-  showed is not searched again);
+  showed is not searched again, and no query is run twice);
 - every name a query holds (capitalised words, numbers) is in the question or in an earlier observation;
 - the answer written is a gold answer shown in the question or an observation ("yes"/"no" always);
 - no observation shows a held-out passage (one supporting a question of another split than train);
@@ -26,7 +26,7 @@ import random
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from tqdm import tqdm
@@ -97,6 +97,7 @@ class _Draft:
     path: list[tuple[str, str]]
     hop: int = 0  # the next hop of the path
     text: str = ""  # the turn being played
+    searched: set[str] = field(default_factory=set)  # the queries already run (the environment's first one too)
     reason: str | None = None  # why it was dropped (a metric key: too_many_hops, gold_not_retrieved, ...)
 
     def known(self) -> str:
@@ -128,6 +129,8 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
     for (q, path), prompt in zip(candidates, prompts):
         d = _Draft(Trajectory(env.reset(q), prompt_len=len(prompt)), path)
         d.traj.add(prompt, is_action=False)
+        if d.traj.episode.first_search is not None:
+            d.searched.add(q.question)
         if held_out & set(d.traj.episode.first_ids):  # the environment's own first search (force_first_search)
             d.reason = "held_out_shown"
         drafts.append(d)
@@ -175,8 +178,10 @@ def _next_turn(d: _Draft, max_turns: int) -> bool:
             d.reason = "too_many_hops"
         elif unshown_names(query, known):
             d.reason = "unshown_name"
+        elif query in d.searched:  # the same search again: what it shows did not hold this hop's passage
+            d.reason = "gold_not_retrieved"
         else:
-            d.text = call_text(query)
+            d.text, d.searched = call_text(query), d.searched | {query}
         return d.reason is None
     answer = shown_answer(ep.question, known)
     if answer is None:
