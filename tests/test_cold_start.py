@@ -146,9 +146,9 @@ def test_hotpotqa_path_is_the_question_then_the_bridge_named_in_the_first_passag
 
 
 def test_base_model_warm_up_runs_the_cold_start_sft(shipped, tmp_path):
-    """model.warmup_cold_start_steps alone: the stage builds the transcripts, learns them and saves the weights."""
+    """model.warmup.cold_start_steps alone: the stage builds the transcripts, learns them and saves the weights."""
     *_, tok, root = shipped
-    cfg = _sft_cfg(root, warmup_steps=0)  # the cold start alone
+    cfg = _sft_cfg(root, steps=0)  # the cold start alone
     src = tmp_path / "pretrained"
     model = _tiny_model(tok)
     model.save_pretrained(src)
@@ -175,7 +175,7 @@ def test_base_model_warm_up_runs_the_cold_start_sft(shipped, tmp_path):
 
 def test_the_default_and_qwen_profiles_leave_the_cold_start_off():
     for profile in (None, "qwen", "real"):
-        assert load_config(ROOT / "params.yaml", {"profile": profile}).model.warmup_cold_start_steps == 0
+        assert load_config(ROOT / "params.yaml", {"profile": profile}).model.warmup.cold_start_steps == 0
 
 
 def _config(root, extra: dict | None = None, **model):
@@ -183,10 +183,10 @@ def _config(root, extra: dict | None = None, **model):
     return load_config(ROOT / "params.yaml", overrides | {f"model.{k}": v for k, v in model.items()})
 
 
-def _sft_cfg(root, **model):
+def _sft_cfg(root, **warmup):
     """A few quick SFT steps on a tiny model: a high learning rate, small batches, no autocast."""
-    return _config(root, warmup_cold_start_steps=3, warmup_cold_start_lr=1e-2, warmup_batch_size=2,
-                   warmup_micro_batch_size=2, autocast=False, **model)  # fmt: skip
+    settings = {"cold_start_steps": 3, "cold_start_lr": 1e-2, "batch_size": 2, "micro_batch_size": 2} | warmup
+    return _config(root, {f"model.warmup.{k}": v for k, v in settings.items()}, autocast=False)
 
 
 def _tiny_model(tok):

@@ -102,7 +102,7 @@ def test_overrides_are_validated(repo_root):
 # Each value must be refused, naming its key (issue 12). Values are YAML, as `-S key=value` parses them.
 BAD_VALUES = [
     ("train.lr", ".inf"), ("train.critic_lr", ".inf"), ("train.max_grad_norm", ".inf"),
-    ("model.tiny.prime_lr", "-1"), ("model.tiny.prime_lr", ".nan"),
+    ("model.tiny.priming.lr", "-1"), ("model.tiny.priming.lr", ".nan"),
     ("agent.reward.valid_call", ".nan"), ("agent.reward.supporting", ".inf"), ("train.entropy_coef", ".nan"), ("train.entropy_coef", "-0.01"),
     ("retrieval.embedded.k1", ".inf"), ("retrieval.embedded.token_pattern", "("),
     ("retrieval.embedded.token_pattern", "''"), ("retrieval.embedded.token_pattern", "'\\w*'"),
@@ -121,7 +121,7 @@ BAD_VALUES = [
     ("train.verl.extra_overrides", "['x=https://me:hunter2@host/x']"), ("train.datasets", "['http://me:hunter2@h']"),
     ("serving.max_question_chars", "0"), ("serving.max_questions", "-1"), ("serving.batch_size", "0"),
     ("serving.max_concurrent", "1.5"), ("serving.unknown_words", "0"), ("serving.unknown_words", "1.5"),
-    ("agent.reward.answer_metric", "recall"), ("train.entropy_floor", "-0.1"), ("model.warmup_min_answered", "1.5"),
+    ("agent.reward.answer_metric", "recall"), ("train.entropy_floor", "-0.1"), ("model.warmup.min_answered", "1.5"),
 ]  # fmt: skip
 
 
@@ -162,3 +162,34 @@ def test_a_huge_bad_value_is_cut_in_the_message(repo_root):
 def test_local_trainer_knobs_are_refused_for_verl(repo_root, key):
     with pytest.raises(ConfigError, match=f"{key} is a local-trainer knob"):
         load_config(repo_root / "params.yaml", {"train.backend": "verl", key: True if "force" in key else 0.5})
+
+
+@pytest.mark.parametrize("old,new", [("model.warmup_steps", "model.warmup.steps"),
+                                     ("model.warmup_min_entropy", "model.warmup.min_entropy"),
+                                     ("model.tiny.prime_lr", "model.tiny.priming.lr"),
+                                     ("model.tiny.prime_first_turn_steps", "model.tiny.priming.first_turn_steps")])  # fmt: skip
+def test_a_renamed_key_is_refused_naming_the_new_one(repo_root, tmp_path, old, new):
+    """In params.yaml, in a profile and in -S alike: one line names the old key and the new one."""
+    line = f"{old} was renamed: use {new}"
+    section, _, leaf = old.rpartition(".")
+    nested = f"{leaf}: 1\n"
+    for part in reversed(section.split(".")):
+        nested = f"{part}:\n" + "".join(f"  {row}\n" for row in nested.splitlines())
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "params.yaml").write_text(nested)
+    (tmp_path / "profiles" / "p.yaml").write_text(nested)
+    (tmp_path / "profiled.yaml").write_text("profile: p\n")
+    for path, overrides, source in [(tmp_path / "params.yaml", {}, "params.yaml"),
+                                    (tmp_path / "profiled.yaml", {}, "p.yaml"),
+                                    (repo_root / "params.yaml", {old: 1}, "-S")]:  # fmt: skip
+        with pytest.raises(ConfigError) as err:
+            load_config(path, overrides)
+        assert line in str(err.value).splitlines()[1] and source in str(err.value).splitlines()[0], str(err.value)
+    assert load_config(repo_root / "params.yaml", {new: 1}).model_dump(mode="json")  # the new key loads
+
+
+def test_validate_params_cli_names_a_renamed_key(repo_root):
+    proc = subprocess.run([sys.executable, "-m", "components.cli", "validate-params", "-S", "model.warmup_steps=3"],
+                          capture_output=True, text=True, cwd=repo_root, timeout=120)  # fmt: skip
+    assert proc.returncode == 1 and "model.warmup_steps was renamed: use model.warmup.steps" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -72,7 +72,7 @@ def learning_config(artifacts_dir: Path):
             "data": {"datasets": [], "synthetic": {"seed": SEED + 7}},
             "agent": {"system_prompt": False, "max_turns": 3},
             "retrieval": {"top_k": 1},
-            "model": {"tiny": {"num_threads": 2, "prime_max_turns": 4}},
+            "model": {"tiny": {"num_threads": 2, "priming": {"max_turns": 4}}},
             "train": {"num_threads": 1, "lr": 1e-3, "questions_per_step": 32, "steps": STEP_CAP, "eval_every": 10,
                       "eval_questions": 200, "checkpoint_every": 50, "target_em": TARGET_EM, "stop_at_target": True},
         }

@@ -12,7 +12,7 @@ from components.config import parse_config
 from components.data.synthetic import words
 from components.model import base_model
 from components.model.priming import PrimeResult, Sequence_, lm_step, make_transcripts, prime, probe
-from components.config import TinyModelConfig
+from components.config import PrimingConfig
 from components.model.tiny import CALL_CLOSE, CALL_OPEN
 from tests.toy import make_toy
 from components.tracking.tracker import NullTracker
@@ -123,10 +123,10 @@ def test_priming_phases_end_when_their_probe_passes_or_at_their_cap(tmp_path):
     train, probes = seqs[:30], seqs[30:]
     before = probe(toy.model, probes, toy.chat.pad_id, "cpu")
     assert 0 <= before["first_call_p"] < 0.01 and 0 <= before["choice_p"] < 0.5 and before["choice_kl"] > 0.5
-    reached = TinyModelConfig(prime_first_call_p=0.0, prime_choice_kl=100.0, prime_batch_size=4)
+    reached = PrimingConfig(first_call_p=0.0, choice_kl=100.0, batch_size=4)
     out = prime(toy.model, train, probes, [], reached, toy.chat.pad_id, random.Random(0))
     assert (out.first_turn_steps, out.full_steps, out.losses) == (0, 0, [])
-    capped = TinyModelConfig(prime_first_turn_steps=3, prime_steps=2, prime_probe_every=1, prime_batch_size=4)
+    capped = PrimingConfig(first_turn_steps=3, steps=2, probe_every=1, batch_size=4)
     out = prime(toy.model, train, probes, [], capped, toy.chat.pad_id, random.Random(0))
     assert isinstance(out, PrimeResult) and (out.first_turn_steps, out.full_steps, len(out.losses)) == (3, 2, 5)
     assert all(0 <= out.scores[k] <= 1 for k in ("first_call_p", "choice_p")) and out.scores["choice_kl"] >= 0

@@ -223,7 +223,7 @@ def tensor_equal(a, b) -> bool:
 
 def resume_raw(art: Path) -> dict:
     raw = small_raw(art, steps=10, eval_every=2, checkpoint_every=3)
-    raw["model"]["tiny"].update(prime_first_turn_steps=400, prime_steps=400, prime_lr=1e-2, prime_probe_every=25)
+    raw["model"]["tiny"]["priming"].update(first_turn_steps=400, steps=400, lr=1e-2, probe_every=25)
     return raw
 
 

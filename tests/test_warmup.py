@@ -69,7 +69,7 @@ def _runs(ids: list[int], targets: list[int]) -> list[list[int]]:
 def made(request, shipped):
     cfg, train, backend, titles, tok = shipped
     forced, content, queries = request.param
-    model = cfg.model.model_copy(update={"warmup_content": content, "warmup_queries": queries})
+    model = cfg.model.model_copy(update={"warmup": cfg.model.warmup.model_copy(update={"content": content, "queries": queries})})
     cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"force_first_search": forced}), "model": model})
     chat = ChatFormat.for_agent(tok, cfg.agent)
     return cfg, chat, train, warmup.transcripts(train, backend, chat, cfg, titles, random.Random(0))
@@ -103,7 +103,7 @@ def test_only_format_tokens_are_targets(made):
     """Every run of target tokens is part of the call scaffold, the question as a first query, the answer tags,
     or an end of turn; the transcript's first tokens (the prompt) and all observations are not targets."""
     cfg, chat, _, made_ = made
-    if cfg.model.warmup_content == "drawn":
+    if cfg.model.warmup.content == "drawn":
         pytest.skip("drawn content is taught: test_drawn_content_is_names_from_the_results")
     for t in made_:
         q, seq = t.question, t.seq
@@ -127,7 +127,7 @@ def test_drawn_content_is_names_from_the_results(made):
     question holds. With linked queries the name is in a passage about an entity asked about before, and the word is
     one of the question's relation words."""
     cfg, chat, _, made_ = made
-    if cfg.model.warmup_content != "drawn":
+    if cfg.model.warmup.content != "drawn":
         pytest.skip("masked content: test_only_format_tokens_are_targets")
     calls = 0
     for t in made_:
@@ -141,7 +141,7 @@ def test_drawn_content_is_names_from_the_results(made):
             name, word = json.loads(quoted).rsplit(" ", 1)
             query = f"{name} {word}"
             assert word in words and any(_named(r, name) for r in results), (q.id, query)
-            if cfg.model.warmup_queries == "linked" and q.dataset == "synthetic":  # one entity per passage, its title
+            if cfg.model.warmup.queries == "linked" and q.dataset == "synthetic":  # one entity per passage, its title
                 asked = [q.question, *(json.loads(x).rsplit(" ", 1)[0] for x in re.findall(r'"query": ("(?:[^"\\]|\\.)*")}}', text))]
                 hits = [h for r in results for h in re.split(r"(?m)^\[\d+\] ", r)[1:]]  # "title: text"
                 titles_naming = [h.split(":", 1)[0] for h in hits if _named(h.split(":", 1)[-1], name)]
@@ -190,8 +190,9 @@ def probed(shipped):
     synthetic = [q for q in train if q.dataset == "synthetic"]
     cfg = cfg.model_copy(update={
         "agent": cfg.agent.model_copy(update={"max_tokens_per_turn": 6, "max_turns": 2}),
-        "model": cfg.model.model_copy(update={"warmup_probe_every": 1, "warmup_probe_samples": 2,
-                                              "warmup_batch_size": 2, "warmup_micro_batch_size": 2,
+        "model": cfg.model.model_copy(update={"warmup": cfg.model.warmup.model_copy(update={
+                                                  "probe_every": 1, "probe_samples": 2, "batch_size": 2,
+                                                  "micro_batch_size": 2}),
                                               "autocast": False, "device": "cpu"}),
         "train": cfg.train.model_copy(update={"trainable_layers": 1}),
     })  # fmt: skip
@@ -199,8 +200,8 @@ def probed(shipped):
     made_ = warmup.transcripts(synthetic[:8], backend, chat, cfg, titles, random.Random(0))
     data = [t.seq for t in made_]
 
-    def run(**model):
-        c = cfg.model_copy(update={"model": cfg.model.model_copy(update=model)})
+    def run(**warm):
+        c = cfg.model_copy(update={"model": cfg.model.model_copy(update={"warmup": cfg.model.warmup.model_copy(update=warm)})})
         m = _small_model(len(tok))
         start = {n: p.detach().clone() for n, p in m.named_parameters()}
         calls = []
@@ -210,7 +211,7 @@ def probed(shipped):
             forced = warmup.content_entropy_forced(m, made_, chat.pad_id, 1.0)
             return warmup.probe(m, chat, backend, synthetic[8:11], c, seed=0) | {"content_entropy_forced": forced}
 
-        with pytest.warns(UserWarning) if model.get("warmup_min_answered", 0) > 0 else nullcontext():
+        with pytest.warns(UserWarning) if warm.get("min_answered", 0) > 0 else nullcontext():
             result = warmup.warm_up(m, data, c, chat.pad_id, measure)
         same = all(torch.equal(p, start[n]) for n, p in m.named_parameters())
         return result, calls, same
@@ -219,7 +220,7 @@ def probed(shipped):
 
 
 def test_probe_reports_the_rollouts_rates(probed):
-    result, calls, same = probed(warmup_steps=3, warmup_min_valid_calls=0.0, warmup_min_answered=0.0)
+    result, calls, same = probed(steps=3, min_valid_calls=0.0, min_answered=0.0)
     assert result.stop == "passed" and result.steps == 0 and calls == [0] and same and not result.losses
     assert set(result.before) == {"em", "f1", "answered", "valid_calls", "searches", "entropy", "content_entropy",
                                   "content_entropy_forced"}
@@ -230,13 +231,13 @@ def test_probe_reports_the_rollouts_rates(probed):
 
 
 def test_step_cap_keeps_the_last_probed_weights(probed):
-    result, calls, same = probed(warmup_steps=2, warmup_min_answered=1.0)
+    result, calls, same = probed(steps=2, min_answered=1.0)
     assert result.stop == "step_cap" and result.steps == 2 and calls == [0, 1, 2] and not same
     assert len(result.losses) == 2 and all(loss > 0 for loss in result.losses)
 
 
 def test_entropy_floor_restores_the_last_weights_above_it(probed):
-    result, calls, same = probed(warmup_steps=4, warmup_min_answered=1.0, warmup_min_entropy=1e6)
+    result, calls, same = probed(steps=4, min_answered=1.0, min_entropy=1e6)
     assert result.stop == "entropy_floor" and result.steps == 0 and calls == [0, 1] and same
     assert result.after == result.before
 

@@ -52,8 +52,8 @@ def small_raw(art: Path, **train_over) -> dict:
                                                "n_dev": 10, "n_test": 10}},  # fmt: skip
         "agent": {"system_prompt": False, "max_turns": 3, "max_tokens_per_turn": 12},
         "model": {"tiny": {"vocab_size": 600, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                           "num_attention_heads": 2, "num_key_value_heads": 1, "prime_first_turn_steps": 3,
-                           "prime_steps": 3, "prime_batch_size": 4, "prime_probes": 8}},
+                           "num_attention_heads": 2, "num_key_value_heads": 1,
+                           "priming": {"first_turn_steps": 3, "steps": 3, "batch_size": 4, "probes": 8}}},
         "train": {"steps": 4, "questions_per_step": 2, "group_size": 3, "micro_batch_size": 4, "eval_every": 2,
                   "eval_questions": 4, "checkpoint_every": 2, "log_trajectories_every": 2, **train_over},
     }  # fmt: skip

@@ -49,7 +49,7 @@ def run(cfg: Config, tracker) -> dict[str, float]:
     tracker.set_tags({"base_model": cfg.model.name_or_path, **{f"base_model.{k}": str(v) for k, v in info.items()}})
     metrics = {"params": float(info["params"])}
     with atomic_path(out) as tmp:
-        if cfg.model.warmup_steps or cfg.model.warmup_cold_start_steps:
+        if cfg.model.warmup.steps or cfg.model.warmup.cold_start_steps:
             metrics |= warm_up_real(cfg, pretrained, tmp, tracker)
         else:
             shutil.copytree(pretrained, tmp)
@@ -57,20 +57,20 @@ def run(cfg: Config, tracker) -> dict[str, float]:
 
 
 def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]:
-    """The cold start (model.warmup_cold_start_steps), then the format warm-up (model.warmup_steps), on
+    """The cold start (model.warmup.cold_start_steps), then the format warm-up (model.warmup.steps), on
     train-split questions of train.datasets, probed on other train-split questions (held out from both);
     the warmed-up model is saved at `out`."""
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     prepared = read_questions(artifacts.require(cfg, artifacts.questions(cfg)))
     train = [q for q in prepared if q.dataset in cfg.train.datasets and q.split == "train"]
-    mc = cfg.model
+    wc = cfg.model.warmup
     if len(train) < 2:
         raise ValueError(f"model.warmup: fewer than 2 train-split questions of train.datasets={cfg.train.datasets}")
     rng = random.Random(f"agentr1-warmup:{cfg.project.seed}")
     order = rng.sample(train, len(train))
-    n_probe = min(mc.warmup_probe_questions, len(train) // 2)
-    probe_qs, questions = order[:n_probe], order[n_probe : n_probe + mc.warmup_questions]
+    n_probe = min(wc.probe_questions, len(train) // 2)
+    probe_qs, questions = order[:n_probe], order[n_probe : n_probe + wc.questions]
     passages = {p.id: p for p in read_passages(artifacts.require(cfg, artifacts.passages(cfg)))}
     titles = {i: p.title for i, p in passages.items()}
     model, tok = load_model(src, cfg, pick_device(cfg))
@@ -78,11 +78,11 @@ def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]
     backend = make_backend(cfg)
     metrics: dict[str, float] = {}
     # the warm-up's probes roll out on vLLM (sent the weights before each) or on the model itself
-    actor = RolloutWeights(model, cfg, src) if cfg.rollout.engine == "vllm" and mc.warmup_steps else None
+    actor = RolloutWeights(model, cfg, src) if cfg.rollout.engine == "vllm" and wc.steps else None
     try:
-        if mc.warmup_cold_start_steps:
+        if wc.cold_start_steps:
             metrics |= cold_start.run(model, chat, backend, order[n_probe:], prepared, passages, cfg, tracker)
-        if mc.warmup_steps:
+        if wc.steps:
             metrics |= _format_warm_up(model, actor, chat, backend, questions, probe_qs, titles, cfg, rng, tracker)
     finally:
         backend.close()
@@ -102,7 +102,7 @@ def _format_warm_up(model, actor: RolloutWeights | None, chat: ChatFormat, backe
     data = [t.seq for t in warmup.transcripts(questions, backend, chat, cfg, titles, rng)]
     held_out = warmup.transcripts(probe_qs, backend, chat, cfg, titles, rng)
     if not data:
-        raise ValueError("model.warmup_steps: no warm-up transcript fits agent.max_total_tokens")
+        raise ValueError("model.warmup.steps: no warm-up transcript fits agent.max_total_tokens")
     seed = cfg.project.seed
 
     def measure(step: int) -> dict[str, float]:
@@ -135,6 +135,7 @@ def priming_questions(entities: list[str], relations: list[str], hops: int, n: i
 
 def build_tiny(cfg: Config, out, tracker) -> dict[str, float]:
     tc = cfg.model.tiny
+    pc = tc.priming
     if tc.num_threads:
         torch.set_num_threads(tc.num_threads)
     t0 = time.perf_counter()
@@ -156,7 +157,7 @@ def build_tiny(cfg: Config, out, tracker) -> dict[str, float]:
     prime_qs = priming_questions(entities, relations, hops, len(train_qs) - n_one, held_out, rng)
     prime_qs += priming_questions(entities, relations, 1, n_one, held_out, rng)
     seen = held_out | {q.question for q in prime_qs}
-    n_probe = tc.prime_probes
+    n_probe = pc.probes
     probe_qs = priming_questions(entities, relations, hops, n_probe - n_probe // 2, seen, rng)
     probe_qs += priming_questions(entities, relations, 1, n_probe // 2 if hops > 1 else 0, seen, rng)
 
@@ -171,13 +172,13 @@ def build_tiny(cfg: Config, out, tracker) -> dict[str, float]:
         backend.build(FACTUAL, factual)
         transcripts, probes = (
             make_transcripts(qs, set(entities), set(RELATIONS), backend, FACTUAL, cfg.retrieval.top_k, chat,
-                             tc.prime_max_turns or cfg.agent.max_turns, rng)  # fmt: skip
+                             pc.max_turns or cfg.agent.max_turns, rng)  # fmt: skip
             for qs in (prime_qs, probe_qs)
         )
-    chunks = corpus_chunks(factual, chat, 128, rng) if tc.prime_corpus_weight > 0 else []
-    primed = prime(model, transcripts, probes, chunks, tc, chat.pad_id, rng, log=tracker.log_metrics)
-    for key, ok, goal in (("first_call_p", primed.scores["first_call_p"] >= tc.prime_first_call_p, f">= {tc.prime_first_call_p}"),
-                          ("choice_kl", primed.scores["choice_kl"] <= tc.prime_choice_kl, f"<= {tc.prime_choice_kl}")):  # fmt: skip
+    chunks = corpus_chunks(factual, chat, 128, rng) if pc.corpus_weight > 0 else []
+    primed = prime(model, transcripts, probes, chunks, pc, chat.pad_id, rng, log=tracker.log_metrics)
+    for key, ok, goal in (("first_call_p", primed.scores["first_call_p"] >= pc.first_call_p, f">= {pc.first_call_p}"),
+                          ("choice_kl", primed.scores["choice_kl"] <= pc.choice_kl, f"<= {pc.choice_kl}")):  # fmt: skip
         if not ok:  # expected for phase 2 on the CPU profile: its probe's goal is a stretch, the cap is the budget
             log.info("format priming ran to its step cap: %s=%.3f (goal %s); RL starts from this prior",
                      key, primed.scores[key], goal)  # fmt: skip

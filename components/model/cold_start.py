@@ -200,20 +200,20 @@ def held_out_passages(questions: Sequence[Question]) -> set[str]:
 
 
 def sft(model, data: Sequence[Trajectory], cfg: Config, pad_id: int, log=None) -> list[float]:
-    """`model.warmup_cold_start_steps` AdamW steps of the warm-up's masked next-token loss (priming.lm_step), the
+    """`model.warmup.cold_start_steps` AdamW steps of the warm-up's masked next-token loss (priming.lm_step), the
     action mask as its targets: only the model's turns are learnt. Returns the losses."""
-    mc = cfg.model
+    wc = cfg.model.warmup
     params = freeze_below(model, cfg.train.trainable_layers)
-    opt = torch.optim.AdamW(params, lr=mc.warmup_cold_start_lr)
+    opt = torch.optim.AdamW(params, lr=wc.cold_start_lr)
     rng = random.Random(f"agentr1-cold-start:{cfg.project.seed}")
     seqs = [Sequence_(list(t.input_ids), list(t.action_mask)) for t in data]
     device = next(model.parameters()).device
     losses: list[float] = []
     model.train()
-    for step in tqdm(range(1, mc.warmup_cold_start_steps + 1), desc="cold start", disable=None):
-        batch = rng.sample(seqs, min(mc.warmup_batch_size, len(seqs)))
+    for step in tqdm(range(1, wc.cold_start_steps + 1), desc="cold start", disable=None):
+        batch = rng.sample(seqs, min(wc.batch_size, len(seqs)))
         with autocast(cfg, device):
-            loss = lm_step(model, batch, pad_id, device, micro_size=mc.warmup_micro_batch_size)
+            loss = lm_step(model, batch, pad_id, device, micro_size=wc.micro_batch_size)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
@@ -232,7 +232,7 @@ def run(model, chat: ChatFormat, backend: SearchBackend, train: Sequence[Questio
     backend.reseed(0, 1)  # the retriever's ties as the transcripts saw them
     data, drops = transcripts(train, backend, chat, cfg, passages, held_out_passages(prepared))
     if not data:
-        raise ValueError(f"model.warmup_cold_start_steps: no honest cold-start transcript from {len(train)} train "
+        raise ValueError(f"model.warmup.cold_start_steps: no honest cold-start transcript from {len(train)} train "
                          f"questions (dropped: {dict(drops)})")  # fmt: skip
     tracker.log_text("\n\n".join(chat.tok.decode(t.input_ids) for t in data[:8]), "cold_start/transcripts.txt")
     losses = sft(model, data, cfg, chat.pad_id, log=tracker.log_metrics)

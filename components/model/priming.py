@@ -7,7 +7,7 @@ Two kinds of language-modelling data:
   Only the model's turns are targets, exactly as the rollout engine tokenizes them. Each batch cuts
   transcripts after a random model turn, so every turn's choices get the same weight at a fraction of the cost.
   Each random draw is trained against the uniform distribution over what it was drawn from;
-- optionally the corpus itself (every token a target), separate and down-weighted (`prime_corpus_weight`, 0 in
+- optionally the corpus itself (every token a target), separate and down-weighted (`model.tiny.priming.corpus_weight`, 0 in
   the CPU profile: its random facts starve the copy-from-context signal; docs/design-choices.md).
 """
 
@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from components.agent.observation import format_hits
 from components.agent.parser import answer_text, call_text
-from components.config import TinyModelConfig
+from components.config import PrimingConfig
 from components.data.schema import Passage, Question
 from components.data.synthetic import words
 from components.retrieval.base import SearchBackend
@@ -221,32 +221,32 @@ class PrimeResult:
     scores: dict[str, float]
 
 
-def prime(model, transcripts: list[Sequence_], probes: list[Sequence_], chunks: list[Sequence_], tc: TinyModelConfig,
+def prime(model, transcripts: list[Sequence_], probes: list[Sequence_], chunks: list[Sequence_], pc: PrimingConfig,
           pad_id: int, rng: random.Random, log=None) -> PrimeResult:  # fmt: skip
     """AdamW at a constant LR, in two phases, each until its probe passes (or its step cap).
 
     1. First turns only (question -> first query): the choice there is a copy from the question, and the
-       copy-from-context mechanism forms on it. Ends when `first_call_p` reaches `prime_first_call_p`.
+       copy-from-context mechanism forms on it. Ends when `first_call_p` reaches `first_call_p`.
     2. Whole transcripts, cut after a random turn: the same copy, now from observations too, and unlearning
-       phase 1's bias to the question's entity. Ends when `choice_kl` is down to `prime_choice_kl`. An optional, down-weighted corpus LM term rides along.
+       phase 1's bias to the question's entity. Ends when `choice_kl` is down to `choice_kl`. An optional, down-weighted corpus LM term rides along.
     """
     device = next(model.parameters()).device
-    opt = torch.optim.AdamW(model.parameters(), lr=tc.prime_lr, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=pc.lr, weight_decay=0.01)
     model.train()
     losses: list[float] = []
-    phases = ((lambda sc: sc["first_call_p"] >= tc.prime_first_call_p, tc.prime_first_turn_steps, True),
-              (lambda sc: sc["choice_kl"] <= tc.prime_choice_kl, tc.prime_steps, False))  # fmt: skip
+    phases = ((lambda sc: sc["first_call_p"] >= pc.first_call_p, pc.first_turn_steps, True),
+              (lambda sc: sc["choice_kl"] <= pc.choice_kl, pc.steps, False))  # fmt: skip
     done, scores = [], probe(model, probes, pad_id, device)
-    bar = tqdm(total=tc.prime_first_turn_steps + tc.prime_steps, desc="format priming", leave=False)
+    bar = tqdm(total=pc.first_turn_steps + pc.steps, desc="format priming", leave=False)
     for passed, cap, first in phases:
         n = 0
         while n < cap and not passed(scores):
-            loss = lm_step(model, [t.cut(rng, first) for t in rng.sample(transcripts, tc.prime_batch_size)],
-                           pad_id, device, tc.prime_micro_batch_size)  # fmt: skip
-            if chunks and tc.prime_corpus_weight > 0 and not first:
+            loss = lm_step(model, [t.cut(rng, first) for t in rng.sample(transcripts, pc.batch_size)],
+                           pad_id, device, pc.micro_batch_size)  # fmt: skip
+            if chunks and pc.corpus_weight > 0 and not first:
                 # separate and down-weighted: its random-fact targets must not drown the copy signal
-                batch = rng.sample(chunks, max(1, tc.prime_batch_size // 8))
-                loss = loss + tc.prime_corpus_weight * lm_step(model, batch, pad_id, device)
+                batch = rng.sample(chunks, max(1, pc.batch_size // 8))
+                loss = loss + pc.corpus_weight * lm_step(model, batch, pad_id, device)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -254,7 +254,7 @@ def prime(model, transcripts: list[Sequence_], probes: list[Sequence_], chunks: 
             losses.append(loss.item())
             n += 1
             bar.update()
-            if n % tc.prime_probe_every == 0 or n == cap:
+            if n % pc.probe_every == 0 or n == cap:
                 scores = probe(model, probes, pad_id, device)
                 bar.set_postfix({k: f"{v:.2f}" for k, v in scores.items()})
                 if log is not None:

@@ -6,19 +6,19 @@ tokens are targets: the tags, the tool-call JSON scaffold and each turn's end-of
 and the content of every query but the question itself are not (target 0): the transcripts carry no preference
 for any answer or query. The first query is the question; later queries and the answer are names drawn from the
 results shown so far (the answer from the last results, never a name the question holds). With
-`model.warmup_content: drawn` that drawn text is taught too, and each later query is a
+`model.warmup.content: drawn` that drawn text is taught too, and each later query is a
 drawn name plus a word of the question: the transcripts teach copying a name from the results, never which one.
-With `model.warmup_queries: linked` the name is one a passage about an entity already asked about mentions, and the
+With `model.warmup.queries: linked` the name is one a passage about an entity already asked about mentions, and the
 word one of the question's relation words: a hop's shape (follow a link, ask for a relation), on clean passages.
 
 No transcript shows a gold answer or a gold supporting passage's title, except the names the question itself
 contains: the results shown are the top hits that are not supporting passages and mention none of those strings.
 
-The warm-up stops by measurement (`probe`): every `model.warmup_probe_every` steps, episodes sampled at the
+The warm-up stops by measurement (`probe`): every `model.warmup.probe_every` steps, episodes sampled at the
 training temperature on held-out training questions through the real rollout. It stops once the valid-call and
 answered rates pass their thresholds; when the entropy at content tokens (queries and answers, teacher-forced on
-held-out transcripts: format tokens are meant to become deterministic) falls below `model.warmup_min_entropy`, it
-goes back to the last probed weights above it; `model.warmup_steps` caps it.
+held-out transcripts: format tokens are meant to become deterministic) falls below `model.warmup.min_entropy`, it
+goes back to the last probed weights above it; `model.warmup.steps` caps it.
 """
 
 from __future__ import annotations
@@ -165,8 +165,8 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
     agent, top_k = cfg.agent, cfg.retrieval.top_k
     cut = chat.cutter(agent.passage_max_tokens)
     forced = agent.force_first_search
-    teach = cfg.model.warmup_content == "drawn"
-    linked = cfg.model.warmup_queries == "linked"
+    teach = cfg.model.warmup.content == "drawn"
+    linked = cfg.model.warmup.queries == "linked"
     most = max(0, agent.max_turns - 1)
     drafts = []
     for q in questions:
@@ -231,12 +231,12 @@ def _search(backend: SearchBackend, drafts: Sequence[_Draft], k: int) -> list[li
 @torch.no_grad()
 def probe(model, chat: ChatFormat, backend: SearchBackend, questions: Sequence[Question], cfg: Config,
           seed: int, shown: list[str] | None = None) -> dict[str, float]:  # fmt: skip
-    """Episodes sampled at train.temperature through the real rollout (each question `warmup_probe_samples`
+    """Episodes sampled at train.temperature through the real rollout (each question `model.warmup.probe_samples`
     times): EM, F1, answered rate, valid-call rate, valid searches per episode, sampling entropy (nats/token) of
     every sampled token and of the content tokens (queries, answers).
     `shown` receives a readable transcript of each question's first episode."""
     env = make_env(backend, questions, cfg.agent, cfg.retrieval.top_k, chat)
-    group = [q for q in questions for _ in range(cfg.model.warmup_probe_samples)]
+    group = [q for q in questions for _ in range(cfg.model.warmup.probe_samples)]
     stats = RolloutStats()
     gen = torch.Generator().manual_seed(seed)
     with rollout_autocast(cfg, model):
@@ -244,7 +244,7 @@ def probe(model, chat: ChatFormat, backend: SearchBackend, questions: Sequence[Q
                         stats=stats, prompts=episode_prompts(group, chat, env))  # fmt: skip
     eps = [t.episode for t in trajs]
     if shown is not None:
-        shown += [transcript(t, chat) for t in trajs[:: cfg.model.warmup_probe_samples]]
+        shown += [transcript(t, chat) for t in trajs[:: cfg.model.warmup.probe_samples]]
     n, calls = len(eps), sum(e.n_calls for e in eps)
     return {
         "em": sum(e.em for e in eps) / n,
@@ -281,8 +281,8 @@ def content_entropy_forced(model, data: Sequence[Transcript], pad_id: int, tempe
 
 
 def passed(scores: dict[str, float], cfg: Config) -> bool:
-    mc = cfg.model
-    return scores["valid_calls"] >= mc.warmup_min_valid_calls and scores["answered"] >= mc.warmup_min_answered
+    wc = cfg.model.warmup
+    return scores["valid_calls"] >= wc.min_valid_calls and scores["answered"] >= wc.min_answered
 
 
 @dataclass
@@ -307,11 +307,11 @@ class WarmupResult:
 def warm_up(model, data: list[Sequence_], cfg: Config, pad_id: int, measure: Callable[[int], dict[str, float]],
             log=None) -> WarmupResult:  # fmt: skip
     """AdamW steps of next-token loss on the transcripts' format tokens until `measure(step)` passes (see the
-    module's docstring), at most `model.warmup_steps`."""
-    mc = cfg.model
+    module's docstring), at most `model.warmup.steps`."""
+    wc = cfg.model.warmup
     t0 = time.perf_counter()
     params = freeze_below(model, cfg.train.trainable_layers)
-    opt = torch.optim.AdamW(params, lr=mc.warmup_lr)
+    opt = torch.optim.AdamW(params, lr=wc.lr)
     rng = random.Random(f"agentr1-warmup:{cfg.project.seed}")
 
     def scored(step: int) -> dict[str, float]:
@@ -324,13 +324,13 @@ def warm_up(model, data: list[Sequence_], cfg: Config, pad_id: int, measure: Cal
     kept = (0, scores, [p.detach().clone() for p in params])  # the last probed weights above the entropy floor
     losses: list[float] = []
     stop = "passed" if passed(scores, cfg) else "step_cap"
-    bar = tqdm(range(1, mc.warmup_steps + 1), desc="format warm-up", disable=None)
+    bar = tqdm(range(1, wc.steps + 1), desc="format warm-up", disable=None)
     for step in bar if stop != "passed" else ():
         model.train()
-        batch = rng.sample(data, min(mc.warmup_batch_size, len(data)))
+        batch = rng.sample(data, min(wc.batch_size, len(data)))
         with autocast(cfg, next(model.parameters()).device):
             loss = lm_step(model, batch, pad_id, next(model.parameters()).device,
-                           micro_size=mc.warmup_micro_batch_size)  # fmt: skip
+                           micro_size=wc.micro_batch_size)  # fmt: skip
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
@@ -338,12 +338,12 @@ def warm_up(model, data: list[Sequence_], cfg: Config, pad_id: int, measure: Cal
         losses.append(float(loss.detach()))
         if log is not None:
             log({"warmup_loss": losses[-1]}, step=step)
-        if step % mc.warmup_probe_every and step != mc.warmup_steps:
+        if step % wc.probe_every and step != wc.steps:
             continue
         scores = scored(step)
         bar.set_postfix(valid=f"{scores['valid_calls']:.2f}", answered=f"{scores['answered']:.2f}",
                         content_entropy=f"{scores['content_entropy_forced']:.2f}")  # fmt: skip
-        if scores["content_entropy_forced"] < mc.warmup_min_entropy:
+        if scores["content_entropy_forced"] < wc.min_entropy:
             stop = "entropy_floor"
             break
         kept = (step, scores, [p.detach().clone() for p in params])
@@ -357,7 +357,7 @@ def warm_up(model, data: list[Sequence_], cfg: Config, pad_id: int, measure: Cal
     if stop != "passed":
         warnings.warn(f"model.warmup: stopped by {stop} at step {steps} with valid_calls={after['valid_calls']:.2f}, "
                       f"answered={after['answered']:.2f}, content_entropy_forced={after['content_entropy_forced']:.3f} (thresholds "
-                      f"{mc.warmup_min_valid_calls}, {mc.warmup_min_answered}, floor {mc.warmup_min_entropy})",
+                      f"{wc.min_valid_calls}, {wc.min_answered}, floor {wc.min_entropy})",
                       stacklevel=2)  # fmt: skip
     model.requires_grad_(True)
     model.eval()

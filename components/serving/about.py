@@ -43,7 +43,7 @@ def describe(cfg: Config, weights: int, vocab: int) -> str:
     else:
         world = f"the '{corpus}' corpus of Wikipedia passages"
     t = cfg.train
-    before = "format priming, then " if name == "tiny" else "a format warm-up, then " if cfg.model.warmup_steps else ""
+    before = "format priming, then " if name == "tiny" else "a format warm-up, then " if cfg.model.warmup.steps else ""
     steps = f"{t.steps} steps"
     if t.stop_at_target and t.target_em:
         steps = f"at most {steps}, stopping once dev EM reaches {t.target_em}"
