@@ -468,9 +468,6 @@ class VerlConfig(Section):
     param_offload: bool = False
     optimizer_offload: bool = False
     gradient_checkpointing: bool = True
-    grpo_process_rewards: bool = Field(
-        default=True, description="grpo: use the process-supervised estimator (grpo_process) instead of outcome GRPO"
-    )
     eval_questions: int | None = Field(default=None, ge=1, description="dev questions in val.parquet; null = all")
     save_freq: int = Field(default=20, ge=1)
     test_freq: int = Field(default=20, ge=-1)
@@ -481,11 +478,13 @@ class VerlConfig(Section):
     extra_overrides: list[str] = Field(default_factory=list, description="raw Hydra overrides appended last")
 
 
-# train.algorithm -> verl's advantage estimator (verl core_algos); both backends read this one table.
-VERL_ESTIMATOR = {"ppo": "gae", "grpo": "grpo", "reinforce_plus_plus": "reinforce_plus_plus",
+# train.algorithm -> verl's advantage estimator (verl core_algos); both backends read this one table, so a name
+# means one estimator on both. grpo_process: GRPO with process supervision (components/verl_backend/estimator.py).
+VERL_ESTIMATOR = {"ppo": "gae", "grpo": "grpo", "grpo_process": "grpo_process",
+                  "reinforce_plus_plus": "reinforce_plus_plus",
                   "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline", "rloo": "rloo"}  # fmt: skip
-GROUPED = ("grpo", "rloo", "reinforce_plus_plus_baseline")  # advantages relative to the question's group
-Algorithm = Literal["grpo", "ppo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"]
+GROUPED = ("grpo", "grpo_process", "rloo", "reinforce_plus_plus_baseline")  # baseline: the question's group
+Algorithm = Literal["grpo", "grpo_process", "ppo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"]
 
 
 class TrainConfig(Section):
@@ -664,23 +663,26 @@ def _describe(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-# Keys that moved: an old key is refused, naming the new one (params.yaml, profiles and -S alike).
+# Keys that moved or went: an old key is refused in one line saying what to write instead (params.yaml, profiles
+# and -S alike).
 RENAMED: dict[str, str] = {
-    **{f"model.warmup_{k}": f"model.warmup.{k}" for k in WarmupConfig.model_fields},
-    **{f"model.tiny.prime_{k}": f"model.tiny.priming.{k}" for k in PrimingConfig.model_fields},
+    **{f"model.warmup_{k}": f"was renamed: use model.warmup.{k}" for k in WarmupConfig.model_fields},
+    **{f"model.tiny.prime_{k}": f"was renamed: use model.tiny.priming.{k}" for k in PrimingConfig.model_fields},
+    "train.verl.grpo_process_rewards": "was removed: process-supervised GRPO is train.algorithm: grpo_process, "
+    "on either backend",
 }
 _MISSING = object()
 
 
 def _old_keys(raw: Any) -> list[str]:
-    """One line per renamed key present in `raw` (nested mappings)."""
+    """One line per old key present in `raw` (nested mappings)."""
     lines = []
-    for old, new in RENAMED.items():
+    for old, instead in RENAMED.items():
         node = raw
         for part in old.split("."):
             node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
         if node is not _MISSING:
-            lines.append(f"{old} was renamed: use {new}")
+            lines.append(f"{old} {instead}")
     return lines
 
 

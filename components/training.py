@@ -1,8 +1,10 @@
 """The `train` stage: dispatch to the configured backend, then record the learning curve and the model URI.
 
-Both backends produce the same outputs, so evaluate and register take either unchanged:
+Both backends write the same outputs, so evaluate and register take either unchanged:
 artifacts/models/trained (HF format), artifacts/train/model.json (MLflow model URI), artifacts/train/curve.csv
 (every metric per step) and artifacts/train/dev_curve.csv (dev EM/F1 per evaluation step, the DVC plot).
+Each train.algorithm is one advantage estimator on both: the verl function that components.config.VERL_ESTIMATOR
+names for it.
 """
 
 from __future__ import annotations

@@ -193,3 +193,10 @@ def test_validate_params_cli_names_a_renamed_key(repo_root):
                           capture_output=True, text=True, cwd=repo_root, timeout=120)  # fmt: skip
     assert proc.returncode == 1 and "model.warmup_steps was renamed: use model.warmup.steps" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_removed_grpo_switch_points_to_the_algorithm(repo_root):
+    with pytest.raises(ConfigError) as err:
+        load_config(repo_root / "params.yaml", {"train.verl.grpo_process_rewards": True})
+    assert "train.verl.grpo_process_rewards was removed: process-supervised GRPO is train.algorithm: grpo_process" in str(err.value)
+    assert load_config(repo_root / "params.yaml", {"train.algorithm": "grpo_process"}).train.algorithm == "grpo_process"

@@ -88,7 +88,8 @@ def test_gae_without_mask_bootstraps_through_observations():
     assert not torch.allclose(ret_on[0, :2], ret_off[0, :2])
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo"])
+@pytest.mark.parametrize("algorithm", ["grpo", "grpo_process", "rloo", "reinforce_plus_plus",
+                                       "reinforce_plus_plus_baseline", "ppo"])  # fmt: skip
 @pytest.mark.parametrize("mask_on", [True, False])
 def test_estimators_respect_the_advantage_mask(algorithm, mask_on):
     cfg = TrainConfig(algorithm=algorithm, mask=MaskConfig(advantage=mask_on), lam=0.95)
@@ -126,6 +127,33 @@ def test_every_algorithm_maps_to_a_registered_verl_estimator():
     assert set(VERL_ESTIMATOR) == set(get_args(Algorithm))  # one table for both backends, no algorithm left out
     for name in VERL_ESTIMATOR.values():
         assert callable(core_algos.get_adv_estimator_fn(name))
+
+
+@pytest.mark.parametrize("process_rewards", [False, True])
+def test_each_algorithm_is_one_estimator_on_both_backends(process_rewards):
+    """The local trainer calls, for each train.algorithm, the function verl's trainer looks up for the verl
+    backend's adv_estimator, with process rewards on or off."""
+    from typing import get_args
+
+    from components.config import Algorithm, parse_config
+    from components.rl.advantages import estimator_fn
+    from components.verl_backend import launch
+
+    for algorithm in get_args(Algorithm):
+        cfg = parse_config({"agent": {"reward": {"supporting": 0.5 if process_rewards else 0.0}},
+                            "train": {"backend": "verl", "algorithm": algorithm}})  # fmt: skip
+        assert estimator_fn(algorithm) is core_algos.get_adv_estimator_fn(launch.estimator(cfg)), algorithm
+
+
+def test_local_grpo_process_is_the_registered_estimator_and_keeps_the_reward_place():
+    index = np.array(["q", "q"], dtype=object)
+    proc, _ = compute_advantages(TrainConfig(algorithm="grpo_process"), rewards(), ACTION, RESPONSE, index)
+    outcome, _ = compute_advantages(TrainConfig(algorithm="grpo"), rewards(), ACTION, RESPONSE, index)
+    assert outcome[0, 0] == outcome[0, 4]  # grpo: one score per episode, the call's reward only adds to it
+    assert proc[0, 0] != proc[0, 4]  # grpo_process: the call's reward counts for the tokens up to it
+    verl_fn = core_algos.get_adv_estimator_fn("grpo_process")
+    expected, _ = verl_fn(token_level_rewards=rewards(), response_mask=ACTION, index=index)
+    torch.testing.assert_close(proc, expected)
 
 
 def test_groups_with_signal_counts_groups_of_unequal_returns():

@@ -64,7 +64,8 @@ def fresh(prepared: Path, tmp_path: Path) -> Path:
     return art
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "ppo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"])
+@pytest.mark.parametrize("algorithm", ["grpo", "grpo_process", "ppo", "rloo", "reinforce_plus_plus",
+                                       "reinforce_plus_plus_baseline"])  # fmt: skip
 def test_each_algorithm_trains_and_saves(prepared, tmp_path, algorithm):
     art = fresh(prepared, tmp_path)
     cfg = parse_config(small_raw(art, algorithm=algorithm, steps=2, kl_coef=0.1 if algorithm == "grpo" else 0.0))

@@ -66,7 +66,7 @@ def test_verl_compute_advantage_dispatches_to_it():
 
 
 def test_outcome_grpo_loses_the_placement_reinforce_pp_keeps_it():
-    """Why grpo maps to grpo_process: verl's grpo/rloo/rf++-baseline see only each response's reward sum."""
+    """Why grpo_process exists: verl's grpo/rloo/rf++-baseline see only each response's reward sum."""
     grpo, _ = get_adv_estimator_fn("grpo")(token_level_rewards=REWARDS, response_mask=MASK, index=UIDS)
     assert grpo[0, 0] == grpo[0, 4]  # the same advantage before and after the tool call's reward
     rpp, _ = get_adv_estimator_fn("reinforce_plus_plus")(

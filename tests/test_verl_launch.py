@@ -17,7 +17,7 @@ from tests.verl_fixtures import make_cfg, save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 ALGORITHMS = list(get_args(Algorithm))
-EXPECTED = VERL_ESTIMATOR | {"grpo": "grpo_process"}  # process rewards are on in the test params
+EXPECTED = VERL_ESTIMATOR  # one name, one estimator: grpo stays outcome GRPO with process rewards on
 PROFILES = {"real": 3, "qwen": 4}  # profile -> its agent.max_turns
 
 
@@ -160,5 +160,8 @@ def test_dry_run_shows_command_and_accepted_config(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     assert f"+ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_TRACKING_URI='{uri}'" in shlex.split(command)
     job = text.split("# config verl accepted (--cfg job)\n", 1)[1]
-    assert "adv_estimator: grpo_process" in job
+    assert "adv_estimator: grpo\n" in job
+    assert "# note: grpo sums token-level rewards per response" in text  # process rewards are on in make_cfg
+    process = launch.compose(make_cfg(tmp_path, algorithm="grpo_process"))
+    assert "adv_estimator: grpo_process" in process
     assert f"MLFLOW_TRACKING_URI: {uri}" in job

@@ -1,5 +1,9 @@
 """Advantages: verl's estimators over the Agent-R1 advantage mask (process rewards are already in `token_rewards`).
 
+Each train.algorithm resolves to the estimator function the verl backend runs (`estimator_fn`, verl's registry):
+grpo is verl's outcome GRPO (a response's rewards summed to one score); grpo_process is the process-supervised
+GRPO of components/verl_backend/estimator.py, registered there.
+
 For GAE (PPO) the mask does what Agent-R1 asks: verl's `compute_gae_advantage_return` carries the next value and
 advantage across mask-0 tokens, so observation tokens are skipped as if they were not there (tests/
 test_rl_advantages.py checks this against GAE on the action tokens cut out). Its output on mask-0 tokens is that
@@ -14,6 +18,12 @@ from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
 
 from components.config import VERL_ESTIMATOR, TrainConfig
+from components.verl_backend import estimator as _registers_grpo_process  # noqa: F401
+
+
+def estimator_fn(algorithm: str):
+    """The advantage function of a train.algorithm, from verl's estimator registry (as verl's trainer looks it up)."""
+    return core_algos.get_adv_estimator_fn(VERL_ESTIMATOR[algorithm])
 
 
 def compute_advantages(
@@ -26,7 +36,7 @@ def compute_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, returns), each (B, R). `mask.advantage` picks action tokens or all response tokens."""
     mask = action_mask if cfg.mask.advantage else response_mask
-    fn = core_algos.get_adv_estimator_fn(VERL_ESTIMATOR[cfg.algorithm])
+    fn = estimator_fn(cfg.algorithm)
     if cfg.algorithm == "ppo":
         if values is None:
             raise ValueError("train.algorithm=ppo needs critic values")

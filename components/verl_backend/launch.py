@@ -79,12 +79,8 @@ def has_process_rewards(cfg: Config) -> bool:
 
 
 def estimator(cfg: Config) -> str:
-    name = VERL_ESTIMATOR[cfg.train.algorithm]  # grpo becomes grpo_process when process rewards are on
-    if name == "grpo" and verl_config(cfg).grpo_process_rewards and has_process_rewards(cfg):
-        from components.verl_backend.estimator import NAME
-
-        return NAME
-    return name
+    """verl's name for train.algorithm's estimator: the table the local trainer reads too."""
+    return VERL_ESTIMATOR[cfg.train.algorithm]
 
 
 def _value(v: Any) -> str:
@@ -265,7 +261,8 @@ def describe(cfg: Config) -> str:
     notes = ["# run adds +ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID=<verl run nested under the stage run>"]
     if has_process_rewards(cfg) and estimator(cfg) in SEQUENCE_LEVEL:
         notes.append(
-            f"# note: {estimator(cfg)} sums token-level rewards per response; process rewards count only in the total"
+            f"# note: {estimator(cfg)} sums token-level rewards per response; process rewards count only in the total "
+            "(train.algorithm: grpo_process keeps their place)"
         )
     return "\n".join(["# launch command", command, *notes, "# config verl accepted (--cfg job)", job])
 
