@@ -1,7 +1,8 @@
 """The one typed config: `params.yaml` validated into `Config` before any work starts.
 
-Every section forbids unknown keys, so a typo fails at load with the key's dotted path. Values are strict (no
-`true` for a number, no inf/NaN) and bounded where a bound exists; credentials never go in params.
+Every section forbids unknown keys, so a typo fails at load with the key's dotted path; a key that moved fails
+naming its new place (`RENAMED`). Values are strict (no `true` for a number, no inf/NaN) and bounded where a bound
+exists; credentials never go in params.
 Each area owns its section class below; add fields there, with defaults, and mirror them in params.yaml.
 """
 
