@@ -69,7 +69,8 @@ def _runs(ids: list[int], targets: list[int]) -> list[list[int]]:
 def made(request, shipped):
     cfg, train, backend, titles, tok = shipped
     forced, content, queries = request.param
-    model = cfg.model.model_copy(update={"warmup": cfg.model.warmup.model_copy(update={"content": content, "queries": queries})})
+    warm = cfg.model.warmup.model_copy(update={"content": content, "queries": queries})
+    model = cfg.model.model_copy(update={"warmup": warm})
     cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"force_first_search": forced}), "model": model})
     chat = ChatFormat.for_agent(tok, cfg.agent)
     return cfg, chat, train, warmup.transcripts(train, backend, chat, cfg, titles, random.Random(0))
@@ -201,7 +202,8 @@ def probed(shipped):
     data = [t.seq for t in made_]
 
     def run(**warm):
-        c = cfg.model_copy(update={"model": cfg.model.model_copy(update={"warmup": cfg.model.warmup.model_copy(update=warm)})})
+        model = cfg.model.model_copy(update={"warmup": cfg.model.warmup.model_copy(update=warm)})
+        c = cfg.model_copy(update={"model": model})
         m = _small_model(len(tok))
         start = {n: p.detach().clone() for n, p in m.named_parameters()}
         calls = []

@@ -226,9 +226,10 @@ def prime(model, transcripts: list[Sequence_], probes: list[Sequence_], chunks: 
     """AdamW at a constant LR, in two phases, each until its probe passes (or its step cap).
 
     1. First turns only (question -> first query): the choice there is a copy from the question, and the
-       copy-from-context mechanism forms on it. Ends when `first_call_p` reaches `first_call_p`.
+       copy-from-context mechanism forms on it. Ends when the probe's first-call p reaches `first_call_p`.
     2. Whole transcripts, cut after a random turn: the same copy, now from observations too, and unlearning
-       phase 1's bias to the question's entity. Ends when `choice_kl` is down to `choice_kl`. An optional, down-weighted corpus LM term rides along.
+       phase 1's bias to the question's entity. Ends when the probe's choice KL is down to `choice_kl`.
+       An optional, down-weighted corpus LM term rides along.
     """
     device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=pc.lr, weight_decay=0.01)
