@@ -664,28 +664,43 @@ def _describe(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-# Keys that moved or went: an old key is refused in one line saying what to write instead (params.yaml, profiles
-# and -S alike).
+# Keys that moved (old -> new) or went (old -> what to write instead). In params.yaml, profiles and -S an old key
+# is refused in one line; a stored config (a registered model's) is moved to the new keys (`with_new_keys`).
 RENAMED: dict[str, str] = {
-    **{f"model.warmup_{k}": f"was renamed: use model.warmup.{k}" for k in WarmupConfig.model_fields},
-    **{f"model.tiny.prime_{k}": f"was renamed: use model.tiny.priming.{k}" for k in PrimingConfig.model_fields},
-    "train.verl.grpo_process_rewards": "was removed: process-supervised GRPO is train.algorithm: grpo_process, "
-    "on either backend",
+    **{f"model.warmup_{k}": f"model.warmup.{k}" for k in WarmupConfig.model_fields},
+    **{f"model.tiny.prime_{k}": f"model.tiny.priming.{k}" for k in PrimingConfig.model_fields},
 }
-_MISSING = object()
+REMOVED: dict[str, str] = {
+    "train.verl.grpo_process_rewards": "process-supervised GRPO is train.algorithm: grpo_process, on either backend",
+}
+
+
+def _parent(raw: Any, dotted: str) -> dict[str, Any] | None:
+    """The mapping holding `dotted`'s last part, if `dotted` is set in `raw`."""
+    *parents, leaf = dotted.split(".")
+    node = raw
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) and leaf in node else None
 
 
 def _old_keys(raw: Any) -> list[str]:
-    """One line per old key present in `raw` (nested mappings)."""
-    lines = []
-    for old, instead in RENAMED.items():
-        node = raw
-        for part in old.split("."):
-            node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
-        if node is not _MISSING:
-            lines.append(f"{old} {instead}")
-    return lines
+    """One line per old key set in `raw`."""
+    return [f"{old} was renamed: use {new}" for old, new in RENAMED.items() if _parent(raw, old) is not None] + [
+        f"{old} was removed: {hint}" for old, hint in REMOVED.items() if _parent(raw, old) is not None]  # fmt: skip
 
+
+def with_new_keys(raw: dict[str, Any]) -> dict[str, Any]:
+    """A config stored before keys moved, each old key at its new place (removed ones dropped)."""
+    import copy
+
+    raw = copy.deepcopy(raw)
+    for old in [*RENAMED, *REMOVED]:
+        if (parent := _parent(raw, old)) is not None:
+            value = parent.pop(old.rpartition(".")[2])
+            if old in RENAMED:
+                set_dotted(raw, RENAMED[old], value)
+    return raw
 
 
 def _refuse_old_keys(raw: Any, source: str) -> None:

@@ -198,5 +198,20 @@ def test_validate_params_cli_names_a_renamed_key(repo_root):
 def test_the_removed_grpo_switch_points_to_the_algorithm(repo_root):
     with pytest.raises(ConfigError) as err:
         load_config(repo_root / "params.yaml", {"train.verl.grpo_process_rewards": True})
-    assert "train.verl.grpo_process_rewards was removed: process-supervised GRPO is train.algorithm: grpo_process" in str(err.value)
+    removed = "train.verl.grpo_process_rewards was removed: process-supervised GRPO is train.algorithm: grpo_process"
+    assert removed in str(err.value)
     assert load_config(repo_root / "params.yaml", {"train.algorithm": "grpo_process"}).train.algorithm == "grpo_process"
+
+
+def test_a_stored_config_with_the_old_keys_loads_with_them_moved(repo_root):
+    """A model registered before the keys moved bundles a config dump with the old keys: serving moves them."""
+    from components.config import parse_config, with_new_keys
+
+    cfg = load_config(repo_root / "params.yaml")
+    old = cfg.model_dump(mode="json")
+    old["model"] |= {f"warmup_{k}": v for k, v in old["model"].pop("warmup").items()}
+    old["model"]["tiny"] |= {f"prime_{k}": v for k, v in old["model"]["tiny"].pop("priming").items()}
+    old["train"]["verl"]["grpo_process_rewards"] = True
+    with pytest.raises(ConfigError, match="model.warmup_steps was renamed"):
+        parse_config(old)
+    assert parse_config(with_new_keys(old)) == cfg

@@ -16,7 +16,7 @@ import pandas as pd
 import yaml
 
 from components.agent.turns import turns
-from components.config import Config, parse_config
+from components.config import Config, parse_config, with_new_keys
 from components.secrets import redact_text
 from components.serving.about import describe, weight_count
 from components.serving.agent import KnownWords, model_corpus, open_index, reading_notice, reserved_markup, run_episodes
@@ -51,7 +51,8 @@ class AgentModel(mlflow.pyfunc.PythonModel):
         from components.model.loading import load_model
 
         spec = yaml.safe_load(Path(context.artifacts["config"]).read_text())
-        self.cfg, self.corpus = parse_config(spec["config"], CONFIG_FILE), spec["corpus"]
+        # a model registered before keys moved stores the old ones
+        self.cfg, self.corpus = parse_config(with_new_keys(spec["config"]), CONFIG_FILE), spec["corpus"]
         self.about = spec.get("about") or ""
         self.model, self.tok = load_model(context.artifacts[WEIGHTS], self.cfg)
         self.model.eval()
