@@ -148,7 +148,7 @@ def test_driver_loads_manager_class_and_our_registrations():
 
     cls = load_class_from_fqn(launch._manager_class(), "AgentLoopManager")  # as verl's TaskRunner does
     assert issubclass(cls, AgentLoopManagerTQ)
-    assert get_adv_estimator_fn("grpo_process").__module__ == "components.verl_backend.estimator"
+    assert get_adv_estimator_fn("grpo_process").__module__ == "components.rl.grpo_process"
     assert _agent_loop_registry["agentr1_tool_agent"]["_target_"].endswith("AgentR1ToolAgentLoop")
 
 

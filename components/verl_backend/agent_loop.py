@@ -23,7 +23,7 @@ from components.agent.observation import error_observation
 from components.agent.prompts import assistant_turn_suffix
 from components.agent.rewards import process_reward
 from components.config import RewardConfig
-from components.verl_backend import estimator  # noqa: F401  (registers grpo_process wherever this loop runs)
+from components.rl import grpo_process  # noqa: F401  (registers grpo_process wherever this loop runs)
 from components.verl_backend.export import AGENT_NAME
 from components.verl_backend.tool import SEEN_KEY
 

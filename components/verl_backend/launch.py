@@ -237,7 +237,7 @@ def validate(job_yaml: str) -> Any:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from components.verl_backend import estimator  # noqa: F401  (grpo_process)
+    from components.rl import grpo_process  # noqa: F401  (grpo_process)
 
     config = OmegaConf.create(job_yaml)
     try:

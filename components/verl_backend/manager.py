@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from verl.trainer.ppo.v1 import AgentLoopManagerTQ
 
-from components.verl_backend import agent_loop, estimator  # noqa: F401  (registers on import)
+from components.rl import grpo_process  # noqa: F401  (registers on import)
+from components.verl_backend import agent_loop  # noqa: F401  (registers on import)
 
 
 class AgentR1AgentLoopManager(AgentLoopManagerTQ):
