@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import secrets
+import shutil
 import subprocess
 import tempfile
 import time
@@ -170,6 +171,7 @@ class VllmEngine:
         return self._call("score", [list(s) for s in seqs])
 
     def close(self) -> None:
+        """Stop the process; its temp folder goes, but for the log of a process that failed."""
         if self.conn is not None:
             try:
                 self.conn.send(("close", None))
@@ -184,12 +186,14 @@ class VllmEngine:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        for name in ("sock", "worker.log", "weights.safetensors"):
+        failed = self.proc.returncode != 0  # its log stays, for the message that named it
+        for name in ("sock", "weights.safetensors") + (() if failed else ("worker.log",)):
             try:
                 os.unlink(os.path.join(self.dir, name))
             except OSError:
                 pass
-        os.rmdir(self.dir) if os.path.isdir(self.dir) and not os.listdir(self.dir) else None
+        if not failed:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):
         return self
