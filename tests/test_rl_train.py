@@ -435,7 +435,7 @@ def test_half_copied_or_unloadable_checkpoints_are_skipped_with_a_warning_naming
     model, root = torch.nn.Linear(3, 2), tmp_path / "ck"
     opt = torch.optim.AdamW(model.parameters())
     leftover = root / ".step-00000002.k1lled00" / "step-00000002"  # atomic_path's temp, as kill -9 mid-write
-    leftover.mkdir(parents=True)  # leaves it (benchmarks/resume_probe.py kills real writes)
+    leftover.mkdir(parents=True)  # leaves it (checks/resume_probe.py kills real writes)
     ckpt.save(root, 2, {"policy": model}, {"policy": opt}, {"curve": []})
     assert not leftover.parent.exists()  # the next save removes it
     good = {k: v.clone() for k, v in model.state_dict().items()}

@@ -1,7 +1,7 @@
 """A fingerprint of the local trainer: a few steps of each RL variant on a small synthetic world, fixed seeds.
 
-    python benchmarks/rl_step_digest.py --out /tmp/before.json          # on the code before a refactor
-    python benchmarks/rl_step_digest.py --check /tmp/before.json        # after: exit 1 on any difference
+    python checks/rl_step_digest.py --out /tmp/before.json          # on the code before a refactor
+    python checks/rl_step_digest.py --check /tmp/before.json        # after: exit 1 on any difference
 
 Records every logged metric but wall-clock ones (to the last bit: floats as repr), a SHA-256 of every sampled
 trajectory (tokens, masks, rewards, behaviour log-probs, turn spans), of the trained weights, and of the last
@@ -144,6 +144,7 @@ def rollout_fingerprint(prepared: Path) -> dict:
     from components.model.loading import load_model
     from components.retrieval.factory import make_backend
     from components.rollout.chat import ChatFormat
+    from components.config import RolloutConfig
     from components.rollout.engine import RolloutStats, rollout
 
     cfg = parse_config(raw_config(prepared))
@@ -160,8 +161,10 @@ def rollout_fingerprint(prepared: Path) -> dict:
     agent = cfg.agent.model_copy(update={"max_total_tokens": 70})
     chat = ChatFormat.for_agent(tok, agent)
     stats = RolloutStats()
+    # fewer cache rows than episodes (queued ones take freed rows); long prefill chunks a few columns at a time
+    engine = RolloutConfig(max_rows=8, prefill_tokens=64)
     trajs = rollout(model, chat, ev.make_env(backend, qs, agent, cfg.retrieval.top_k, chat), qs * 2, agent,
-                    generator=torch.Generator().manual_seed(5), stats=stats, prefill_chunk=8)  # fmt: skip
+                    generator=torch.Generator().manual_seed(5), stats=stats, engine=engine)  # fmt: skip
     out["sampled_cut_chunked"] = hashlib.sha256(repr([(t.input_ids, t.action_mask, t.rewards, t.logprobs,
                                                       t.turn_spans, t.episode) for t in trajs]).encode()).hexdigest()
     out["sampled_stats"] = repr((stats.generated_tokens, stats.forward_calls, stats.entropy_sum))

@@ -1,8 +1,8 @@
-"""Exhaustive kill -9 / resume probe of the local trainer (issue 12): for each scenario, an uninterrupted `train`
+"""Exhaustive kill -9 / resume probe of the local trainer: for each scenario, an uninterrupted `train`
 stage and one SIGKILLed at several points and resumed to the end; weights (torch.equal), curve.csv,
 dev_curve.csv and the MLflow metric history (real sqlite store: every step once) must be identical.
 
-    python benchmarks/resume_probe.py [scenario ...]      # default: all; prints one line per scenario
+    python checks/resume_probe.py [scenario ...]      # default: all; prints one line per scenario
 
 Kill points: step:N (step N done, not evaluated/checkpointed), evalstart:N (inside evaluation N), eval:N
 (evaluated, not checkpointed), writing:N (checkpoint N fully written in its temp dir, not yet moved in place),
@@ -80,8 +80,8 @@ def evaluate_(self, n):
     die("evalstart", n); out = evaluate(self, n); die("eval", n); return out
 def save_(root, n, *a, **k):
     @contextmanager
-    def atomic_(target):
-        with atomic(target) as tmp:
+    def atomic_(target, *a, **k):
+        with atomic(target, *a, **k) as tmp:
             yield tmp
             die("writing", n)
     ckpt.atomic_path = atomic_
