@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
+from components.evaluation.machine import cpu_line  # noqa: E402
 from tests.served import free_port, start, stop, wait_up  # noqa: E402
 
 QUESTION = "Who is the neighbor of the rival of Goretu?"

@@ -12,7 +12,8 @@ import argparse
 import time
 
 import torch
-from machine import cpu_line  # benchmarks/machine.py
+
+from components.evaluation.machine import cpu_line
 
 from components.model.attention import grouped_decode
 

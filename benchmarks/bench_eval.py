@@ -24,7 +24,7 @@ from components.evaluation.evaluate import SYSTEMS
 from components.retrieval.factory import make_backend
 from components.rollout.engine import RolloutStats
 from components.rollout.evaluate import evaluate_agent, summarize
-from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
+from components.evaluation.machine import cpu_line  # noqa: E402
 
 
 def peak_rss_mb() -> float:

@@ -21,8 +21,8 @@ from components.env import apply_defaults  # noqa: E402
 
 apply_defaults(ROOT)  # before torch computes anything (MKL_CBWR), as the test's conftest does
 
+from components.evaluation.machine import cpu_line  # noqa: E402
 from tests.test_learning import learn  # noqa: E402
-from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 
 
 def main() -> None:

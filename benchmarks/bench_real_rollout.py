@@ -42,7 +42,7 @@ from components.rollout.evaluate import episode_prompts, make_env
 from components.rollout.vllm_engine import VllmEngine
 from components.tracking.tracker import NullTracker  # noqa: F401  (Trainer's tracker-free use)
 from components.tracking.runs import commit as git_commit
-from machine import cpu_line, gpu_line  # noqa: E402  (benchmarks/machine.py)
+from components.evaluation.machine import cpu_line, gpu_line  # noqa: E402
 
 
 def flops_per_token(model) -> float:

@@ -22,7 +22,7 @@ from components.data.prepare import read_questions
 from components.model.loading import load_model, pick_device
 from components.retrieval.factory import make_backend
 from components.rl.train import Trainer
-from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
+from components.evaluation.machine import cpu_line  # noqa: E402
 
 VARIANTS = {
     "fp32": {"model.autocast": False, "train.trainable_layers": None, "train.gradient_checkpointing": False},

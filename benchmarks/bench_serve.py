@@ -31,7 +31,7 @@ import psutil  # noqa: E402  (a dependency of dvc)
 
 from components.data.synthetic import generate_world  # noqa: E402
 from tests.served import free_port, primed_cfg, start, stop, wait_up  # noqa: E402
-from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
+from components.evaluation.machine import cpu_line  # noqa: E402
 
 # Run by each code tree, in the temporary project: log the primed agent with that tree's code, make it champion.
 REGISTER = """

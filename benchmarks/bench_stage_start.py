@@ -21,7 +21,7 @@ import sys
 import time
 
 from components.stages import STAGES
-from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
+from components.evaluation.machine import cpu_line  # noqa: E402
 
 PLAIN = "import importlib, sys; importlib.import_module(sys.argv[1])"
 CONSOLE = ("import gc, importlib, sys; gc.disable(); importlib.import_module(sys.argv[1]); gc.freeze(); gc.enable(); "

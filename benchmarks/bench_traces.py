@@ -27,7 +27,7 @@ from components.retrieval.embedded import EmbeddedBackend
 from components.rollout.evaluate import evaluate_agent
 from components.rollout.traces import from_result
 from components.tracking.traces import write_traces
-from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
+from components.evaluation.machine import cpu_line  # noqa: E402
 
 
 def main() -> None:

@@ -226,6 +226,67 @@ def summary(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> Non
     sys.stdout.write(text + "\n")
 
 
+@app.command("baselines", help="The baseline table on real QA for one profile (EM with its 95 % Wilson interval): "
+             "direct, naive RAG and the untrained agents per evaluation set; replaces the profile's section of --out.")  # fmt: skip
+def baselines(
+    profile: Annotated[str, typer.Option(help="The profile to measure.")] = "qwen",
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+    limit: Annotated[Optional[int], typer.Option(help="First N questions of each set (default: evaluate.sets).")] = None,
+    full: Annotated[bool, typer.Option("--full", help="Every question of each set (the paper's table).")] = False,
+    systems: Annotated[Optional[list[str]], typer.Option(
+        help="Comma-separated or repeated (default: direct, naive_rag, pretrained_agent, and base_agent when "
+        "model.warmup.steps > 0).")] = None,  # fmt: skip
+    out: Annotated[Path, typer.Option(help="The Markdown file whose section the table replaces.")] = Path("docs/benchmarks.md"),
+    note: Annotated[str, typer.Option(help="A line under the section's heading (e.g. what is unusual).")] = "",
+    raw: Annotated[Optional[Path], typer.Option(
+        help="Per-question results (JSON); default artifacts/bench/baselines-<profile>.json.")] = None,  # fmt: skip
+    resume: Annotated[bool, typer.Option("--resume", help="Keep the systems and sets --raw holds; measure the rest.")] = False,
+) -> None:
+    apply_defaults()
+    _overrides(set_)  # key=value, or a usage error
+    from components.evaluation.baseline_table import run
+
+    chosen = [s for item in systems or [] for s in item.split(",") if s] or None
+    try:
+        run(profile, params, set_, limit, full, chosen, out, note, raw, resume)
+    except _known_errors() as e:
+        err.print(f"[bold red]agentr1 baselines failed:[/] {e}", markup=True, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+@app.command("profile-report", help="A real-model profile end to end from prepared data (base_model, train, "
+             "evaluate), then its report: EM/F1 per system and set, paired-bootstrap comparisons, the dev curve.")  # fmt: skip
+def profile_report(
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+    stages: Annotated[str, typer.Option(
+        help="Comma-separated; empty to only render the report of a finished run (e.g. dvc exp run).")] = "base_model,train,evaluate",  # fmt: skip
+    out: Annotated[Path, typer.Option(help="The report (Markdown).")] = Path("benchmarks/results/real_model.md"),
+    untracked: Annotated[bool, typer.Option("--untracked", help="Run the stages without MLflow (a GPU node without it).")] = False,
+) -> None:
+    import time
+
+    apply_defaults()
+    from components.config import load_config
+    from components.evaluation.profile_report import write
+    from components.stages import run_stage
+
+    overrides = {"profile": "real"} | _overrides(set_)
+    try:
+        cfg = load_config(params, overrides)
+        seconds = {}
+        for stage in filter(None, stages.split(",")):
+            t0 = time.perf_counter()
+            run_stage(stage, cfg, track=not untracked)
+            seconds[stage] = time.perf_counter() - t0
+            err.print(f"{stage}: {seconds[stage]:.0f} s", highlight=False)
+        lines = write(cfg, overrides, seconds, out)
+    except _known_errors() as e:
+        err.print(f"[bold red]agentr1 profile-report failed:[/] {e}", markup=True, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    sys.stdout.write("\n".join(lines) + "\n")
+
 def main() -> None:
     """The `agentr1` console script: one command per process."""
     try:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import gc
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,14 +14,6 @@ ROOT = Path(__file__).resolve().parents[1]
 START_CWD = Path.cwd()  # the session's working directory: a fixture that changes it restores it before its tests run
 
 
-def load_benchmark(name: str):
-    """benchmarks/<name>.py as a module, with benchmarks/ on the path as when it runs as a script."""
-    if str(ROOT / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 apply_defaults(ROOT)
 # Two xdist workers, one per core: a test and the processes it starts use one torch thread. (Two threads on a core
 # the other worker is using run a small model's evaluate 2x slower, spinning; docs/testing.md.)

@@ -1,4 +1,5 @@
-"""benchmarks/baselines.py's pieces that decide what a reader sees: the EM interval and the section it replaces."""
+"""components/evaluation/baseline_table.py (`agentr1 baselines`): the pieces that decide what a reader sees (the EM
+interval and the section it replaces), --resume, and the command's options."""
 
 from __future__ import annotations
 
@@ -6,9 +7,7 @@ import json
 
 import pytest
 
-from tests.conftest import load_benchmark
-
-baselines = load_benchmark("baselines")
+from components.evaluation import baseline_table as baselines
 
 
 @pytest.mark.parametrize("k,n", [(0, 8), (2, 8), (8, 8), (57, 300), (150, 300)])
@@ -39,7 +38,7 @@ def test_section_is_replaced_in_place_and_the_rest_kept(tmp_path):
 
 def _meta(**kw):
     head = baselines.commit()
-    return {"machine": "CPU X, 2 torch thread(s)", "settings": "python benchmarks/baselines.py --profile qwen --full",
+    return {"machine": "CPU X, 2 torch thread(s)", "settings": "agentr1 baselines --profile qwen --full",
             "commits": [head], "seconds": 0.0} | kw  # fmt: skip
 
 
@@ -64,7 +63,7 @@ def test_resume_keeps_the_cells_of_the_same_run(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("key,value", [("machine", "CPU Y, 2 torch thread(s)"),
-                                       ("settings", "python benchmarks/baselines.py --profile qwen --limit 50")])  # fmt: skip
+                                       ("settings", "agentr1 baselines --profile qwen --limit 50")])  # fmt: skip
 def test_resume_refuses_another_machine_or_settings(tmp_path, key, value):
     with pytest.raises(SystemExit, match=f"measured with {key}"):
         baselines.resumed(_raw(tmp_path, _meta(**{key: value})), _meta(), IDS)
@@ -84,3 +83,20 @@ def test_resume_refuses_cells_measured_on_other_questions(tmp_path):
         pytest.skip("needs a clean git checkout")  # otherwise it stops earlier, at the code check
     with pytest.raises(SystemExit, match="direct on hotpotqa/dev was measured on other questions"):
         baselines.resumed(_raw(tmp_path, _meta()), _meta(), {"hotpotqa/dev": ["q1", "q3"]})
+
+
+def test_the_command_passes_its_options_and_splits_systems(monkeypatch):
+    import sys
+
+    from components.cli import main
+
+    got = []
+    monkeypatch.setattr(baselines, "run", lambda *a: got.append(a))
+    monkeypatch.setattr(sys, "argv", ["agentr1", "baselines", "--profile", "real", "--limit", "5", "-S", "agent.max_turns=3",
+                                      "--systems", "direct,naive_rag", "--systems", "base_agent", "--resume"])  # fmt: skip
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    assert exit_.value.code == 0
+    profile, _, set_, limit, full, systems, *_, resume = got[0]
+    assert (profile, set_, limit, full, systems, resume) == ("real", ["agent.max_turns=3"], 5, False,
+                                                              ["direct", "naive_rag", "base_agent"], True)  # fmt: skip

@@ -1,13 +1,13 @@
-"""benchmarks/real_model.py's comparison of the trained agent with the baselines: paired bootstrap over questions,
+"""components/evaluation/profile_report.py (`agentr1 profile-report`): the comparison of the trained agent with the baselines: paired bootstrap over questions,
 per set and, for the synthetic world, per number of hops."""
 
 from __future__ import annotations
 
 import json
 
-from tests.conftest import ROOT, load_benchmark
-
-real_model = load_benchmark("real_model")
+from components.evaluation import machine
+from components.evaluation import profile_report as real_model
+from tests.conftest import ROOT
 
 
 def test_paired_bootstrap_brackets_the_mean_difference():
@@ -35,9 +35,11 @@ def test_comparisons_pair_questions_and_split_the_synthetic_world_by_hops(tmp_pa
 def test_the_report_names_the_profile_its_model_and_the_gpu(tmp_path, monkeypatch):
     import sys
 
+    import pytest
     import torch
 
-    machine = load_benchmark("machine")
+    from components.cli import main
+
     gpu = machine.gpu_line()
     if torch.cuda.is_available():
         assert gpu.startswith("; GPU: " + torch.cuda.get_device_name())
@@ -45,10 +47,12 @@ def test_the_report_names_the_profile_its_model_and_the_gpu(tmp_path, monkeypatc
         assert gpu == ""
     out = tmp_path / "report.md"
     monkeypatch.chdir(tmp_path)  # the report must not depend on the working directory
-    argv = ["real_model.py", "--params", str(ROOT / "params.yaml"), "--stages", "", "--out", str(out),
+    argv = ["agentr1", "profile-report", "--params", str(ROOT / "params.yaml"), "--stages", "", "--out", str(out),
             "-S", "profile=qwen", "-S", f"project.artifacts_dir={tmp_path / 'art'}"]  # fmt: skip
     monkeypatch.setattr(sys, "argv", argv)
-    real_model.main()
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    assert exit_.value.code == 0
     heading, _, machine_line = out.read_text().splitlines()[:3]
     assert heading.startswith("# Profile qwen (qwen2.5-coder-0.5b-instruct-q4_k_m.gguf), ")
     assert machine_line.startswith(f"Machine: {machine.cpu_line()}, torch threads from train.num_threads{gpu}. ")

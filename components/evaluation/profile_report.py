@@ -1,16 +1,17 @@
 """A real-model profile end to end from prepared data: base_model (conversion + format warm-up), train, evaluate; then
 one table per eval set (EM / F1 of every system), the steps, the wall time per stage and the machine.
 
-    python benchmarks/real_model.py [-S train.steps=30 ...] [--out benchmarks/results/real_model.md]
+    agentr1 profile-report [-S train.steps=30 ...] [--stages base_model,train,evaluate] [--untracked]
+                           [--out benchmarks/results/real_model.md]
 
 Needs `agentr1 prepare/validate/index -S profile=real` first (or `dvc exp run -S profile=real`). Each stage is a
 tracked MLflow run, exactly as `dvc repro` runs it (or untracked with --untracked, on a GPU node without MLflow).
-`-S profile=qwen` runs the qwen profile instead of `real`.
+`-S profile=qwen` runs the qwen profile instead of `real`. The CLI runs the stages (components/cli.py); this module
+renders the report.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import time
@@ -18,12 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-
 from components import artifacts
-from components.config import load_config, read_yaml
-from components.env import apply_defaults
-from components.stages import run_stage
-from machine import cpu_line, gpu_line  # noqa: E402  (benchmarks/machine.py)
+from components.evaluation.machine import cpu_line, gpu_line
 
 SYSTEMS = ["direct", "naive_rag", "pretrained_agent", "base_agent", "agent"]
 
@@ -81,24 +78,8 @@ def comparisons(predictions: Path, sets: list[str]) -> list[str]:
     return lines
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--params", default="params.yaml")
-    ap.add_argument("-S", "--set", action="append", default=[], help="override, e.g. -S train.steps=10")
-    ap.add_argument("--stages", default="base_model,train,evaluate",
-                    help="comma-separated; empty to only render the table of a finished run (e.g. dvc exp run)")
-    ap.add_argument("--out", default="benchmarks/results/real_model.md")
-    ap.add_argument("--untracked", action="store_true", help="run the stages without MLflow (a GPU node without it)")
-    args = ap.parse_args()
-    apply_defaults()
-    overrides = {"profile": "real"} | {k: read_yaml(v) for k, v in (s.split("=", 1) for s in args.set)}
-    cfg = load_config(args.params, overrides)
-    seconds = {}
-    for stage in filter(None, args.stages.split(",")):
-        t0 = time.perf_counter()
-        run_stage(stage, cfg, track=not args.untracked)
-        seconds[stage] = time.perf_counter() - t0
-        print(f"{stage}: {seconds[stage]:.0f} s", flush=True)
+def write(cfg, overrides: dict, seconds: dict[str, float], out: str | Path) -> list[str]:
+    """The report of the run `cfg` names (`seconds`: wall time per stage run here), written to `out`; its lines."""
     metrics, curve_csv = artifacts.eval_metrics(cfg), artifacts.train_curve(cfg)
     report = json.loads(metrics.read_text()) if metrics.exists() else {}
     curve = list(csv.DictReader(curve_csv.open())) if curve_csv.exists() else []
@@ -119,11 +100,7 @@ def main() -> None:
                   "|---" * (len(dev) + 1) + "|"]  # fmt: skip
         lines += [f"| {r['step']} | " + " | ".join(f"{float(r[k]):.3f}" if r[k] else "" for k in dev) + " |"
                   for r in curve if any(r[k] for k in dev)]  # fmt: skip
-    out = Path(args.out)
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print("\n".join(lines))
-
-
-if __name__ == "__main__":
-    main()
+    return lines
