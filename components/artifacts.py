@@ -145,6 +145,11 @@ def decision(cfg: Config) -> Path:
     return _at(cfg, "register/decision.json")
 
 
+def baselines_results(cfg: Config, profile: str) -> Path:
+    """`agentr1 baselines`' per-question results (components/evaluation/baseline_table.py), kept for --resume."""
+    return _at(cfg, f"bench/baselines-{profile}.json")
+
+
 def producer(cfg: Config, path: Path) -> str:
     """The stage that writes `path` (an output above or the file inside one)."""
     for rel, stage in sorted((OUTPUTS | UNDECLARED).items(), key=lambda kv: -len(kv[0])):

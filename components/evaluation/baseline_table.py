@@ -167,7 +167,7 @@ def run(profile: str = "qwen", params: str | Path = "params.yaml", set_: list[st
                + (f" --systems {','.join(systems)}" if systems else ""))  # fmt: skip
     meta = {"machine": f"{cpu_line()}, {torch.get_num_threads()} torch thread(s)", "settings": command,
             "commits": [commit()], "seconds": 0.0}  # fmt: skip
-    raw = Path(raw or cfg.artifacts / "bench" / f"baselines-{profile}.json")
+    raw = Path(raw or artifacts.baselines_results(cfg, profile))
     ids = {name: [q.id for q in qs] for name, qs in sets.items()}
     done = resumed(raw, meta, ids) if resume and raw.exists() else {}
     report: dict[str, dict[str, dict]] = {name: dict(done.get(name, {})) for name in sets}
