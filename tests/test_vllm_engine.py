@@ -23,7 +23,7 @@ from components.rl.batch import collate
 from components.rl.losses import policy_logprobs
 from components.rl.train import Trainer
 from components.rollout.engine import RolloutStats, rollout
-from components.rollout.evaluate import evaluate_agent
+from components.rollout.evaluate import evaluate_agent, searched_prompts
 from components.rollout.vllm_engine import VllmEngine, VllmError, vllm_python
 from tests.conftest import ROOT as repo_root
 
@@ -60,11 +60,14 @@ def real(tmp_path_factory):
     backend.close()
 
 
-def _episodes(trainer, questions, seed: int, temperature: float = 1.0):
+def _episodes(trainer, questions, seed: int, temperature: float = 1.0, group_size: int = 2, searched: bool = False):
+    """`group_size` episodes a question; `searched`: each starts after a first search with the question, its
+    results in the prompt (agent.force_first_search's prompts)."""
     gen = torch.Generator().manual_seed(seed)
-    group = [q for q in questions for _ in range(2)]
+    group = [q for q in questions for _ in range(group_size)]
+    prompts = searched_prompts(group, trainer.chat, trainer.env) if searched else None
     return rollout(trainer.actor.model, trainer.chat, trainer.env, group, trainer.cfg.agent, temperature=temperature,
-                   generator=gen, stats=RolloutStats())  # fmt: skip
+                   generator=gen, stats=RolloutStats(), prompts=prompts)  # fmt: skip
 
 
 def _trainer_logprobs(trainer, trajs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,11 +106,15 @@ def test_vllm_episodes_keep_the_rollout_contract(real):
 
 
 def test_the_same_batch_gives_the_same_episodes(real):
+    """40 sampled episodes, each after a first search: their prompts are more than vLLM prefills in one step
+    (8,192 tokens), so prompts are split over steps, which vLLM's CPU build cannot do for a request with a seed of
+    its own."""
     _, questions, trainer = real
     trainer.actor.sync()
-    a = _episodes(trainer, questions[:2], seed=7)
-    b = _episodes(trainer, questions[:2], seed=7)
-    c = _episodes(trainer, questions[:2], seed=8)
+    a = _episodes(trainer, questions, seed=7, group_size=10, searched=True)
+    b = _episodes(trainer, questions, seed=7, group_size=10, searched=True)
+    c = _episodes(trainer, questions, seed=8, group_size=10, searched=True)
+    assert sum(t.prompt_len for t in a) > 8192
     assert [t.input_ids for t in a] == [t.input_ids for t in b]
     assert [t.logprobs for t in a] == [t.logprobs for t in b]
     assert [t.input_ids for t in a] != [t.input_ids for t in c]  # the seed matters

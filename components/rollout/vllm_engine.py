@@ -7,8 +7,8 @@ turns of different episodes decode in one continuously batched engine. After an 
 weights are sent to it through a safetensors file in shared memory (`VllmEngine.load_weights`).
 
 What holds: the action mask, the end of a turn on the chat template's end-of-turn ids or its token budget,
-observation insertion, traces, and each episode's sampling seeded by (seed, episode, turn), so the same batch gives
-the same episodes. What does not: vLLM computes in bf16 with its own kernels, so its log-probs are close to the
+observation insertion, traces, and a rollout that starts from an empty prefix cache and a sampler seeded with its
+seed, so the same batch gives the same episodes. What does not: vLLM computes in bf16 with its own kernels, so its log-probs are close to the
 trainer's forward pass, not equal (tests/test_vllm_engine.py states the tolerance); the trainer recomputes the
 log-probs its loss uses.
 """
@@ -146,9 +146,10 @@ class VllmEngine:
         finally:
             os.unlink(path)
 
-    def reset(self) -> None:
-        """Empty the prefix cache: a rollout that starts here gives the same episodes for the same inputs."""
-        self._call("reset")
+    def reset(self, seed: int) -> None:
+        """Empty the prefix cache and seed the sampler: a rollout that starts here gives the same episodes for the
+        same inputs."""
+        self._call("reset", seed)
 
     def num_parameters(self) -> int:
         """The model's parameter count, from its safetensors headers (tied weights stored once)."""
@@ -202,11 +203,6 @@ class VllmEngine:
         self.close()
 
 
-def turn_seed(seed: int, episode: int, turn: int) -> int:
-    """The sampling seed of one model turn: the same whatever else is in the batch."""
-    return hash((seed, episode, turn)) % (2**31)
-
-
 def vllm_rollout(
     engine: VllmEngine,
     chat: ChatFormat,
@@ -225,7 +221,7 @@ def vllm_rollout(
     t0, calls = time.perf_counter(), engine.calls
     stats = stats if stats is not None else RolloutStats()
     trajs = start_trajectories(chat, env, questions, prompts, prefill)
-    engine.reset()
+    engine.reset(seed)
     prefill_ids = chat.encode(prefill) if prefill else []
     stop = sorted(chat.stop_ids)
     started: dict[int, int] = {}  # episode -> when its current turn was sent (ns)
@@ -236,7 +232,7 @@ def vllm_rollout(
             t = trajs[i]
             room = cfg.max_total_tokens - len(t.input_ids)
             requests.append({"id": str(i), "prompt": t.input_ids, "max_tokens": max(1, min(cfg.max_tokens_per_turn, room)),
-                             "temperature": temperature, "seed": turn_seed(seed, i, len(t.turn_spans)), "stop": stop})  # fmt: skip
+                             "temperature": temperature, "stop": stop})  # fmt: skip
             started[i] = time.time_ns()
         if requests:
             engine.add(requests)

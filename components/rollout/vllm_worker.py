@@ -6,10 +6,10 @@ process starts it (components/rollout/vllm_engine.py) and talks to it over a Uni
 `multiprocessing.connection` (this side listens): each message is a (verb, payload) tuple of plain Python values.
 
 Verbs:
-  add     requests [{id, prompt, max_tokens, temperature, seed, stop}] join the running batch
+  add     requests [{id, prompt, max_tokens, temperature, stop}] join the running batch
   step    engine steps until at least one request ends; returns [(id, token_ids, logprobs)]
   reload  weights from a safetensors file (the tensors named there; the others keep theirs)
-  reset   empty the prefix cache (a rollout that starts from it repeats exactly)
+  reset   empty the prefix cache and seed the sampler (a rollout that starts there repeats exactly)
   score   the log-prob of each token of fixed sequences given the ones before (prompt log-probs)
   close   stop
 
@@ -40,7 +40,7 @@ def _sampling(r: dict):
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    return SamplingParams(max_tokens=r["max_tokens"], temperature=r["temperature"], seed=r["seed"], logprobs=0,
+    return SamplingParams(max_tokens=r["max_tokens"], temperature=r["temperature"], logprobs=0,
                           stop_token_ids=r["stop"], detokenize=False, skip_special_tokens=False,
                           output_kind=RequestOutputKind.FINAL_ONLY)  # fmt: skip
 
@@ -76,6 +76,15 @@ def _reload(engine, path: str) -> None:
     if any(name.endswith("embed_tokens.weight") for name in weights):
         engine.apply_model(_retie_head)
     engine.reset_prefix_cache()  # cached keys and values were computed with the old weights
+
+
+def _reset(engine, seed: int) -> None:
+    """No cached prefix, and the sampler's generator at `seed`. Requests carry no seed of their own: on CPU, vLLM
+    rewinds a request's generator with a CUDA-only call when it splits a prompt over steps (chunked prefill)."""
+    import torch
+
+    engine.reset_prefix_cache()
+    torch.manual_seed(seed)
 
 
 def _score(engine, seqs: list[list[int]]) -> list[list[float]]:
@@ -118,7 +127,7 @@ def main(argv: list[str]) -> None:
             elif verb == "reload":
                 reply = _reload(engine, payload)
             elif verb == "reset":
-                reply = engine.reset_prefix_cache()
+                reply = _reset(engine, payload)
             elif verb == "score":
                 reply = _score(engine, payload)
             elif verb == "close":
