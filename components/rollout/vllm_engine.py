@@ -8,9 +8,9 @@ weights are sent to it through a safetensors file in shared memory (`VllmEngine.
 
 What holds: the action mask, the end of a turn on the chat template's end-of-turn ids or its token budget,
 observation insertion, traces, and a rollout that starts from an empty prefix cache and a sampler seeded with its
-seed, so the same batch gives the same episodes. What does not: vLLM computes in bf16 with its own kernels, so its log-probs are close to the
-trainer's forward pass, not equal (tests/test_vllm_engine.py states the tolerance); the trainer recomputes the
-log-probs its loss uses.
+seed, so the same batch gives the same episodes. What does not: vLLM computes in bf16 with its own kernels, so its
+log-probs are close to the trainer's forward pass, not equal (tests/test_vllm_engine.py states the tolerance); the
+trainer recomputes the log-probs its loss uses.
 """
 
 from __future__ import annotations
