@@ -195,3 +195,35 @@ def test_rollout_weights_refuse_vllm_without_a_model_dir(real):
     cfg, _, trainer = real
     with pytest.raises(ValueError, match="rollout.engine: vllm needs the model directory"):
         RolloutWeights(trainer.policy, cfg)
+
+
+ORPHAN = """
+import os, sys
+from components.config import RolloutConfig
+from components.rollout.vllm_engine import VllmEngine
+engine = VllmEngine(sys.argv[1], RolloutConfig())
+print(engine.dir, engine.proc.pid, flush=True)
+os._exit(0)  # killed: no close()
+"""
+
+
+def test_a_vllm_process_whose_trainer_dies_stops_and_leaves_nothing(real):
+    cfg, *_ = real
+    import subprocess
+    import time
+    from pathlib import Path
+
+    out = subprocess.run([sys.executable, "-c", ORPHAN, str(cfg.artifacts / "models" / "base")], capture_output=True,
+                         text=True, check=True, cwd=repo_root).stdout.split()  # fmt: skip
+    folder, pid = Path(out[0]), int(out[1])
+
+    def running() -> bool:  # a zombie (exited, not yet reaped by init) does not count
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+
+    deadline = time.monotonic() + 60
+    while (folder.exists() or running()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not folder.exists() and not running()

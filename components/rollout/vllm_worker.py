@@ -17,6 +17,7 @@ Usage: python vllm_worker.py SOCKET AUTHKEY_HEX MODEL_DIR MAX_MODEL_LEN KV_CACHE
 """
 
 import os
+import shutil
 import sys
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine runs in this process: no third process
@@ -116,7 +117,11 @@ def main(argv: list[str]) -> None:
         return
     conn.send(("ready", None))
     while True:
-        verb, payload = conn.recv()
+        try:
+            verb, payload = conn.recv()
+        except (EOFError, OSError):  # the parent is gone without a word: nobody else will remove the folder
+            shutil.rmtree(os.path.dirname(sock), ignore_errors=True)
+            return
         try:
             if verb == "add":
                 for r in payload:
