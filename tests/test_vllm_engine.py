@@ -1,7 +1,7 @@
 """Rollouts on vLLM (components/rollout/vllm_engine.py), with the real model (SmolLM2-135M, tied embeddings) on real
 HotpotQA paragraphs: the episodes keep the rollout's contract, the same batch gives the same episodes, the weights
 an optimizer step changes reach vLLM (its log-probs then match the trainer's forward within a bf16 tolerance, and
-do not without the sync), and a missing or broken vLLM install stops with one line that says how to fix it.
+do not without the sync), serving's episodes run on it, and a missing or broken vLLM install stops with one line that says how to fix it.
 
 One vLLM process serves the whole module: its start-up is paid once."""
 
@@ -25,6 +25,8 @@ from components.rl.train import Trainer
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.evaluate import evaluate_agent, searched_prompts
 from components.rollout.vllm_engine import VllmEngine, VllmError, vllm_python
+from components.serving.agent import run_episodes
+from components.serving.batcher import Cancelled
 from tests.conftest import ROOT as repo_root
 
 pytestmark = pytest.mark.slow
@@ -176,6 +178,26 @@ def test_evaluation_runs_on_vllm(real):
     naive = evaluate_agent(trainer.actor.model, trainer.tok, questions[:2], trainer.backend, cfg.agent,
                            top_k=cfg.retrieval.top_k, mode="naive_rag")  # fmt: skip
     assert all(r.plain and r.turns == 1 for r in naive)
+
+
+def test_serving_runs_on_vllm_and_a_cancelled_batch_leaves_nothing_behind(real):
+    cfg, questions, trainer = real
+    trainer.actor.sync()
+    asked = [q.question for q in questions[:3]]
+
+    def answers():
+        trajs, _ = run_episodes(trainer.actor.model, trainer.tok, trainer.backend, cfg, asked, questions[0].corpus)
+        return [(t.input_ids, t.episode.answer) for t in trajs]
+
+    first = answers()
+    assert len(first) == 3 and all(len(ids) > 0 for ids, _ in first)
+
+    def cancel(_tokens, _finished):  # what the server does when a client has gone
+        raise Cancelled()
+
+    with pytest.raises(Cancelled):
+        run_episodes(trainer.actor.model, trainer.tok, trainer.backend, cfg, asked[::-1] * 4, questions[0].corpus, cancel)
+    assert answers() == first  # greedy, and no request of the cancelled batch is left in vLLM
 
 
 def test_a_missing_vllm_install_is_one_line_that_says_how_to_fix_it(real, tmp_path):

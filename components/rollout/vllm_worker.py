@@ -9,7 +9,8 @@ Verbs:
   add     requests [{id, prompt, max_tokens, temperature, stop}] join the running batch
   step    engine steps until at least one request ends; returns [(id, token_ids, logprobs)]
   reload  weights from a safetensors file (the tensors named there; the others keep theirs)
-  reset   empty the prefix cache and seed the sampler (a rollout that starts there repeats exactly)
+  reset   drop unfinished requests, empty the prefix cache and seed the sampler (a rollout that starts there
+          repeats exactly; one stopped halfway, e.g. a cancelled serving request, leaves nothing behind)
   score   the log-prob of each token of fixed sequences given the ones before (prompt log-probs)
   close   stop
 
@@ -26,6 +27,8 @@ os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 os.environ.setdefault("VLLM_DO_NOT_TRACK", "1")
 
 from multiprocessing.connection import Listener  # noqa: E402
+
+LIVE: set[str] = set()  # ids of the requests added and not yet returned by `step`
 
 
 def _engine(model_dir: str, max_model_len: int, kv_cache_mb: int, seed: int):
@@ -55,6 +58,7 @@ def _step(engine) -> list:
     while engine.has_unfinished_requests():
         done = [o for o in engine.step() if o.finished]
         if done:
+            LIVE.difference_update(o.request_id for o in done)
             return [(o.request_id, list(o.outputs[0].token_ids), _sampled_logprobs(o.outputs[0])) for o in done]
     return []
 
@@ -84,6 +88,11 @@ def _reset(engine, seed: int) -> None:
     rewinds a request's generator with a CUDA-only call when it splits a prompt over steps (chunked prefill)."""
     import torch
 
+    if LIVE:
+        engine.abort_request(sorted(LIVE))
+        LIVE.clear()
+    while engine.has_unfinished_requests():  # the aborts take effect at the next step
+        engine.step()
     engine.reset_prefix_cache()
     torch.manual_seed(seed)
 
@@ -126,6 +135,7 @@ def main(argv: list[str]) -> None:
             if verb == "add":
                 for r in payload:
                     engine.add_request(r["id"], {"prompt_token_ids": r["prompt"]}, _sampling(r))
+                    LIVE.add(r["id"])
                 reply = None
             elif verb == "step":
                 reply = _step(engine)
