@@ -95,11 +95,12 @@ def reading_notice(question: str, known: KnownWords, share: float) -> str | None
 def run_episodes(model, tok, backend, cfg: Config, questions: Sequence[str], corpus: str,
                  progress: Callable[[int, int], None] | None = None):  # fmt: skip
     """Greedy episodes of the agent on `questions` over `backend`, as one rollout batch: (trajectories, stats).
+    `model` is a transformers model or a `VllmEngine`; the prompts carry the forced first search, where the agent has one.
 
     `progress` is called after every decode step; an exception it raises stops the generation."""
     import torch
 
-    from components.model.loading import autocast
+    from components.model.loading import rollout_autocast
     from components.rollout.chat import ChatFormat
     from components.rollout.engine import RolloutStats, rollout
     from components.rollout.evaluate import episode_prompts, make_env
@@ -109,7 +110,7 @@ def run_episodes(model, tok, backend, cfg: Config, questions: Sequence[str], cor
     chat = ChatFormat.for_agent(tok, cfg.agent, getattr(model, "generation_config", None))
     env = make_env(backend, qs, cfg.agent, cfg.retrieval.top_k, chat)
     stats = RolloutStats()
-    with torch.no_grad(), autocast(cfg, model.device):
+    with torch.no_grad(), rollout_autocast(cfg, model):
         trajs = rollout(model, chat, env, qs, cfg.agent, temperature=0.0, stats=stats, progress=progress,
-                        prompts=episode_prompts(qs, chat, env))  # the forced first search, where the agent has one
+                        prompts=episode_prompts(qs, chat, env), engine=cfg.rollout)  # fmt: skip
     return trajs, stats

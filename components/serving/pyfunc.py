@@ -48,14 +48,16 @@ class AgentModel(mlflow.pyfunc.PythonModel):
     def load_context(self, context) -> None:
         from mlflow.environment_variables import MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT
 
-        from components.model.loading import load_model
+        from components.model.loading import load_generator
 
         spec = yaml.safe_load(Path(context.artifacts["config"]).read_text())
         # a model registered before keys moved stores the old ones
         self.cfg, self.corpus = parse_config(with_new_keys(spec["config"]), CONFIG_FILE), spec["corpus"]
         self.about = spec.get("about") or ""
-        self.model, self.tok = load_model(context.artifacts[WEIGHTS], self.cfg)
-        self.model.eval()
+        # a profile on vLLM serves from a vLLM process of its own (it stops with the server)
+        self.model, self.tok = load_generator(context.artifacts[WEIGHTS], self.cfg)
+        if hasattr(self.model, "eval"):
+            self.model.eval()
         self.backend = open_index(self.cfg, self.corpus)
         self.markup = reserved_markup(self.tok)
         self.known = KnownWords(self.tok)
