@@ -9,7 +9,7 @@ For each model and batch (episodes = questions x group), on the same machine in 
     the same batch, in the engine's dtype (and fp32);
   - the GEMM ceiling: a [batch, hidden] x [hidden, intermediate] matmul's GFLOP/s over the model's FLOPs per token;
   - one RL step of the local trainer (8 questions x 8 episodes by default) on the profile's own engine: rollout
-    and update seconds.
+    and update seconds, and the update's floor: its FLOPs (attention scores left out) at a wide GEMM's rate.
 
     python benchmarks/bench_real_rollout.py --models real qwen tiny --batches 16 64 128
 
@@ -33,7 +33,7 @@ from transformers import DynamicCache
 from components import artifacts
 from components.config import load_config
 from components.data.prepare import read_questions
-from components.model.loading import RolloutWeights, autocast, load_model, pick_device
+from components.model.loading import RolloutWeights, autocast, load_model, pick_device, uses_autocast
 from components.retrieval.factory import make_backend
 from components.rl.train import Trainer, split_questions
 from components.rollout.chat import ChatFormat
@@ -120,6 +120,19 @@ def engine_run(cfg, model, tok, questions, group: int, seed: int = 0) -> dict:
     }
 
 
+def update_flops(trainer, trajs) -> float:
+    """A floor on the update's FLOPs (attention scores left out): every token through the frozen layers forward, the
+    trained layers forward and backward (x3), and the output head forward and backward at the action tokens."""
+    model, dec = trainer.policy, trainer.policy.base_model
+    trained = {id(p) for p in trainer.trainable}
+    body = sum(p.numel() for n, p in dec.named_parameters() if "embed_tokens" not in n)
+    body_trained = sum(p.numel() for n, p in dec.named_parameters() if "embed_tokens" not in n and id(p) in trained)
+    head = model.get_output_embeddings().weight.numel()
+    tokens = sum(len(t.input_ids) for t in trajs)
+    actions = sum(sum(t.action_mask) for t in trajs)
+    return 2.0 * (tokens * (body + 2 * body_trained) + 3 * actions * head)
+
+
 def rl_step(cfg, questions, group: int) -> dict:
     cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={
         "questions_per_step": len(questions), "group_size": group, "entropy_coef": 1e-9})})  # fmt: skip
@@ -130,8 +143,13 @@ def rl_step(cfg, questions, group: int) -> dict:
     finally:
         trainer.actor.close()
     tokens = sum(len(t.input_ids) for t in trajs)
+    # the update's matmuls are prefill-shaped: their ceiling is a wide GEMM at the trainer's precision
+    gflops, _ = gemm_ceiling(policy, 2048, torch.bfloat16 if uses_autocast(cfg, policy.device) else torch.float32)
+    floor_s = update_flops(trainer, trajs) / (gflops * 1e9)
     return {"engine": cfg.rollout.engine, "rollout_s": metrics["rollout_s"], "update_s": metrics["update_s"],
-            "step_s": metrics["rollout_s"] + metrics["update_s"], "update_tok_s": tokens / metrics["update_s"]}  # fmt: skip
+            "step_s": metrics["rollout_s"] + metrics["update_s"], "update_tok_s": tokens / metrics["update_s"],
+            "update_gflop": update_flops(trainer, trajs) / 1e9, "update_gemm_gflops": gflops,
+            "update_floor_s": floor_s}  # fmt: skip
 
 
 def bench_model(name: str, sets: list[str], batches: list[int], group: int, rl_questions: int, engines: list[str]) -> list[dict]:
@@ -200,9 +218,11 @@ def markdown(rows: list[dict], header: str) -> str:
                        f"{p['sample']} | {p['bookkeeping']} | {p['tools']} | {r['prefilled']} / {r['generated']} |")
     steps = [r for r in rows if "rl_step" in r]
     if steps:
-        out += ["", "| model | RL step | engine | rollout s | update s | step s | update tok/s |", "|---|---|---|---|---|---|---|"]
+        out += ["", "| model | RL step | engine | rollout s | update s | step s | update tok/s | update GFLOP (floor) "
+                "| wide GEMM GFLOP/s | update floor s |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         out += [f"| {r['model']} | {r['rl_step']} | {r['engine']} | {r['rollout_s']:.1f} | {r['update_s']:.1f} | "
-                f"{r['step_s']:.1f} | {r['update_tok_s']:.0f} |" for r in steps]  # fmt: skip
+                f"{r['step_s']:.1f} | {r['update_tok_s']:.0f} | {r['update_gflop']:.0f} | {r['update_gemm_gflops']:.0f} | "
+                f"{r['update_floor_s']:.1f} |" for r in steps]  # fmt: skip
     starts = {r["model"]: r["startup_s"] for r in rows if r.get("startup_s")}
     if starts:
         out += ["", "vLLM start-up (load; eager, no compilation): " + ", ".join(f"{m} {s:.1f} s" for m, s in starts.items())]
