@@ -23,7 +23,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(ROOT)/$(BIN):$(PATH)
 
-.PHONY: setup vllm data browser run summary ui serve plots test test-learning es-start es-stop bench clean distclean
+.PHONY: setup vllm data browser run summary ui serve plots test test-learning es-start es-stop bench dvc-deps clean distclean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -126,6 +126,11 @@ test-learning: setup
 
 bench: setup
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b; done
+
+# After adding, moving or re-importing a module under components/: dvc.yaml's code deps, from the import graph
+# (components/dvc_deps.py). tests/test_dvc_deps.py fails while they are stale.
+dvc-deps: $(VENV)/.installed
+	$(BIN)/agentr1 dvc-deps
 
 clean:
 	rm -rf artifacts mlflow.db mlartifacts .prefect .cache dvc_plots

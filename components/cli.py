@@ -1,4 +1,5 @@
-"""`agentr1`: one subcommand per pipeline stage, plus `validate-params`, `ask`, `promote`, `rollback` and `summary`.
+"""`agentr1`: one subcommand per pipeline stage, plus `validate-params`, `ask`, `promote`, `rollback`, `summary` and
+`dvc-deps`.
 
 The whole pipeline as a Prefect flow is `python -m flows.pipeline`: the library never imports its orchestrator."""
 
@@ -128,6 +129,18 @@ for _name, _stage in STAGES.items():  # `agentr1 --help` lists the stages in pip
         app.command("train", help=_stage.help)(train)
     else:
         _add_stage_command(_name, _stage.help)
+
+
+@app.command("dvc-deps", help="Rewrite each dvc.yaml stage's components/ deps from the import graph (`make dvc-deps`).")
+def dvc_deps() -> None:
+    from components.dvc_deps import MissingStage, write
+
+    try:
+        changed = write()
+    except MissingStage as e:
+        err.print(f"[bold red]agentr1 dvc-deps failed:[/] {e}", markup=True, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    sys.stdout.write("dvc.yaml: code deps rewritten\n" if changed else "dvc.yaml: code deps up to date\n")
 
 
 @app.command("validate-params", help="Check params.yaml against the schema and print the resolved config.")
