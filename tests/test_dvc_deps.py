@@ -2,57 +2,17 @@
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import pytest
 import yaml
 
+from components import dvc_deps
+from components.import_graph import closure
 from components.stages import STAGES
 from tests.project import FOLLOWERS, ROOT, ran, run, touch
 
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
 PROFILES = {f"profiles/{p.name}": yaml.safe_load(p.read_text()) for p in sorted((ROOT / "profiles").glob("*.yaml"))}
-
-
-def _module_file(module: str) -> Path | None:
-    base = ROOT.joinpath(*module.split("."))
-    for path in (base / "__init__.py", base.with_suffix(".py")):
-        if path.is_file():
-            return path
-    return None
-
-
-def _imports(path: Path, module: str) -> set[str]:
-    """components.* modules named by any import in the file (function-level ones included)."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(parts + ([node.module] if node.module else []))
-            found |= {base} | {f"{base}.{a.name}" for a in node.names}  # `from pkg import module`
-    return {m for m in found if m.split(".")[0] == "components"}
-
-
-def import_closure(module: str) -> set[str]:
-    """Files (relative to the repo) of every components/ module `module` imports, transitively, packages included."""
-    seen: set[str] = set()
-    todo = [module]
-    while todo:
-        parts = todo.pop().split(".")
-        for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__ too
-            name = ".".join(parts[:i])
-            path = _module_file(name)
-            if path is not None and name not in seen:
-                seen.add(name)
-                todo += _imports(path, name)
-    return {str(_module_file(m).relative_to(ROOT)) for m in seen}
 
 
 def _param_keys(stage: dict, file: str | None = None) -> list[str]:
@@ -74,16 +34,52 @@ def _has(tree: dict, dotted: str) -> bool:
     return True
 
 
-def test_every_stage_depends_on_every_module_it_imports():
-    missing = {}
+def test_dvc_yaml_code_deps_are_the_generated_ones():
+    text = (ROOT / "dvc.yaml").read_text()
+    assert dvc_deps.generate(text) == text, "dvc.yaml code deps are stale: run `make dvc-deps`"
+
+
+def _files(dep: str) -> set[str]:
+    path = ROOT / dep
+    return {dep} if path.is_file() else {p.relative_to(ROOT).as_posix() for p in path.rglob("*.py")}
+
+
+def test_each_stage_depends_on_what_it_imports_and_nothing_else():
     for name, stage in STAGES.items():
-        deps = [d for d in DVC[name]["deps"] if d.startswith("components")]
-        for dep in deps:
-            assert (ROOT / dep).exists(), f"dvc.yaml {name}: dep {dep} does not exist"
-        uncovered = sorted(f for f in import_closure(stage.module) if not any(f == d or f.startswith(d + "/") for d in deps))
-        if uncovered:
-            missing[name] = uncovered
-    assert not missing, f"dvc.yaml deps miss modules the stage imports: {missing}"
+        listed = set().union(*(_files(d) for d in DVC[name]["deps"] if d.startswith("components")))
+        imported = closure(stage.module)
+        missed, extra = sorted(imported - listed), sorted(listed - imported)
+        assert not missed and not extra, f"dvc.yaml {name}: deps miss {missed} and add {extra}"
+    # A module only evaluate imports does not re-run train; the one register imports alone re-runs only register.
+    assert "components/evaluation/report.py" not in closure(STAGES["train"].module)
+    assert "components/registry/register.py" not in closure(STAGES["evaluate"].module)
+
+
+def test_a_new_module_is_found_however_it_is_loaded(tmp_path):
+    files = {
+        "pkg/__init__.py": '"""A package."""',
+        "pkg/a.py": "def f():\n    from . import b",  # function-level, relative
+        "pkg/b.py": 'from pathlib import Path\nW = Path(__file__).with_name("worker.py")\nM = "pkg.sub.d.Manager"',
+        "pkg/worker.py": "import os",
+        "pkg/sub/__init__.py": '"""Sub."""',
+        "pkg/sub/d.py": "from ..c import x",
+        "pkg/c.py": "x = 1",
+        "pkg/unused.py": "import pkg.a",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert closure("pkg.a", tmp_path) == set(files) - {"pkg/unused.py"}
+    want = ["pkg/__init__.py", "pkg/a.py", "pkg/b.py", "pkg/c.py", "pkg/sub", "pkg/worker.py"]  # sub/: every file
+    assert dvc_deps.code_deps("pkg.a", tmp_path) == want
+    assert dvc_deps.code_deps("pkg.unused", tmp_path) == ["pkg"]
+
+
+def test_a_stage_missing_from_dvc_yaml_is_one_line():
+    text = (ROOT / "dvc.yaml").read_text().replace("\n  register:\n", "\n  registered:\n")
+    one_line = "^dvc.yaml has no stage 'register', which components/stages.py names$"
+    with pytest.raises(dvc_deps.MissingStage, match=one_line):
+        dvc_deps.generate(text)
 
 
 def test_no_dep_is_an_empty_file():
@@ -95,10 +91,10 @@ def test_no_dep_is_an_empty_file():
 
 def test_closure_sees_the_gaps_the_old_dvc_yaml_had():
     """The check is not vacuous: train imports training.py, model/, retrieval/ and config.py; evaluate model/."""
-    train = import_closure(STAGES["train"].module)
+    train = closure(STAGES["train"].module)
     assert {"components/training.py", "components/config.py", "components/model/loading.py",
             "components/retrieval/factory.py", "components/io.py"} <= train  # fmt: skip
-    assert {"components/model/loading.py", "components/retrieval/factory.py"} <= import_closure(STAGES["evaluate"].module)
+    assert {"components/model/loading.py", "components/retrieval/factory.py"} <= closure(STAGES["evaluate"].module)
 
 
 def test_params_are_keys_and_every_profile_overlay_is_tracked_per_key():
