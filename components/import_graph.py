@@ -1,4 +1,4 @@
-"""The project modules a module imports, transitively, read from the source with `ast` (nothing is imported)."""
+"""The project modules a module loads, transitively, read from the source with `ast` (nothing is imported)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def _dotted(text: str) -> bool:
 
 
 def _sibling(node: ast.AST) -> str | None:
-    """"x.py" for a call `<path>.with_name("x.py")`."""
+    """The file name in a call `<path>.with_name("x.py")`, else None."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "with_name":
         arg = node.args[0] if len(node.args) == 1 else None
         if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.endswith(".py"):
