@@ -21,6 +21,7 @@ from components.retrieval.factory import make_backend
 from components.rl.batch import collate
 from components.rl.losses import policy_logprobs
 from components.rl.train import Trainer
+from components.rl.update import update
 from components.rollout.chat import ChatFormat
 from components.rollout.engine import rollout
 from components.rollout.evaluate import evaluate_agent, make_env, summarize
@@ -123,7 +124,7 @@ def test_one_grpo_update_moves_the_policy_towards_the_rewarded_episode(episodes)
     with torch.no_grad():
         before = policy_logprobs(policy, batch, 1.0, batch.action_mask)[0]
     frozen = {n: p.detach().clone() for n, p in policy.named_parameters() if not p.requires_grad}
-    metrics = trainer.update(batch, step=0)
+    metrics = update(trainer.learner, batch, trainer.tc, trainer.amp)
     with torch.no_grad():
         after = policy_logprobs(policy, batch, 1.0, batch.action_mask)[0]
     assert metrics["updated_fraction"] == 1.0 and metrics["grad_norm"] > 0
@@ -150,7 +151,7 @@ def test_every_algorithm_updates_the_real_model(real, episodes, algorithm):
     trajs = copy.deepcopy(trajs)
     trajs[0].rewards[trajs[0].last_action_index()] += 1.0  # injected, so every estimator has a non-zero advantage
     before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters() if p.requires_grad}
-    metrics = trainer.update(collate(trajs, trainer.chat.pad_id), step=0)
+    metrics = update(trainer.learner, collate(trajs, trainer.chat.pad_id), trainer.tc, trainer.amp)
     assert metrics["skipped_nonfinite"] == 0 and metrics["grad_norm"] > 0
     assert ("value_loss" in metrics) == (algorithm == "ppo")
     assert any(not torch.equal(p, before[n]) for n, p in trainer.policy.named_parameters() if n in before)

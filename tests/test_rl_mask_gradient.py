@@ -5,11 +5,13 @@ import copy
 import numpy as np
 import pytest
 import torch
+from verl.trainer.ppo.core_algos import agg_loss
 
 from components.config import MaskConfig, TrainConfig
 from components.rl.advantages import compute_advantages
 from components.rl.batch import collate
-from components.rl.losses import policy_logprobs, policy_loss
+from components.rl.losses import policy_logprobs
+from components.rl.update import clipped_objective
 from tests.toy import make_toy
 from components.rollout.engine import rollout
 
@@ -31,7 +33,9 @@ def test_observation_tokens_gradient(batch_and_model, mask_on):
     logp, _ = policy_logprobs(model, batch)
     logp.retain_grad()
     loss_mask = batch.action_mask if mask_on else batch.response_mask
-    loss, _ = policy_loss(cfg, logp.detach(), logp, adv, loss_mask, int(loss_mask.sum()), len(batch))
+    losses, _, _ = clipped_objective(logp, logp.detach(), adv, loss_mask, cfg.clip_ratio)
+    loss = agg_loss(losses, loss_mask, cfg.loss_agg_mode, batch_num_tokens=int(loss_mask.sum()),
+                    global_batch_size=len(batch))
     model.zero_grad()
     loss.backward()
     observation = (batch.response_mask == 1) & (batch.action_mask == 0)

@@ -1,7 +1,9 @@
 """The local trainer end to end on a small world: every algorithm steps, checkpoints resume exactly after
 kill -9, a non-finite loss skips the step, the final model is saved in HF format."""
 
+import copy
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -13,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
+from verl.trainer.ppo import core_algos
 
 import components.data.prepare as prepare
 import components.model.base_model as base_model
@@ -20,9 +24,10 @@ import components.retrieval.index as index
 from components.config import parse_config
 from components.rl import checkpoint as ckpt
 from components.rl import train
+from components.rl import update as rl_update
 from components.rl.advantages import compute_advantages
 from components.rl.batch import collate
-from components.rl.losses import aggregate, kl_to_reference, policy_logprobs, policy_loss, value_loss
+from components.rl.losses import policy_logprobs
 from components.rollout.engine import rollout
 from components.tracking.tracker import NullTracker
 from tests.toy import small_raw
@@ -112,110 +117,119 @@ def test_non_finite_loss_skips_the_step(prepared, tmp_path):
     assert ckpt.latest(tmp_path / "ck") is None
 
 
-def test_episodes_without_advantage_are_skipped_and_the_update_is_unchanged(prepared, tmp_path):
-    """GRPO groups that all scored alike have zero advantage: the trainer skips them; the same gradient step."""
+def signal_batch(trainer: train.Trainer, cfg, group_size: int = 3):
+    """A batch of the trainer's first step's episodes, rewards that differ within each group: every row has signal."""
+    qs = trainer.sample_questions(0)
+    trajs = rollout(trainer.policy, trainer.chat, trainer.env, [q for q in qs for _ in range(group_size)], cfg.agent,
+                    generator=torch.Generator().manual_seed(0))  # fmt: skip
+    batch = collate(trajs, trainer.chat.pad_id)
+    for i in range(len(batch)):
+        batch.token_rewards[i, int(batch.action_mask[i].nonzero().max())] += (i % group_size) ** 2 / 2
+    return batch
+
+
+def sgd(trainer: train.Trainer) -> None:
+    """Plain SGD at lr 1: the step is the gradient itself (Adam's g / sqrt(v) magnifies rounding near 0)."""
+    trainer.opt = torch.optim.SGD(trainer.trainable, lr=1.0)
+    if trainer.critic is not None:
+        trainer.critic_opt = torch.optim.SGD(trainer.critic.parameters(), lr=1.0)
+
+
+def test_episodes_without_advantage_are_skipped_and_the_update_is_unchanged(prepared, tmp_path, monkeypatch):
+    """GRPO groups that all scored alike have zero advantage: the update skips them; the same gradient step."""
     cfg = parse_config(small_raw(fresh(prepared, tmp_path), steps=1, eval_every=0, questions_per_step=3,
                                  micro_batch_size=2))  # fmt: skip
     skipping, full = train.build_trainer(cfg), train.build_trainer(cfg)
-    full._rows_to_update = lambda adv, mask: torch.arange(len(adv))
-    for t in (skipping, full):  # plain SGD: the step is the gradient itself (Adam's g / sqrt(v) magnifies rounding near 0)
-        t.opt = torch.optim.SGD(t.trainable, lr=1.0)
-    qs = skipping.sample_questions(0)
-    trajs = rollout(skipping.policy, skipping.chat, skipping.env, [q for q in qs for _ in range(3)], cfg.agent,
-                    generator=torch.Generator().manual_seed(0))  # fmt: skip
-    batch = collate(trajs, skipping.chat.pad_id)
+    for t in (skipping, full):
+        sgd(t)
+    batch = signal_batch(skipping, cfg)
     batch.token_rewards.zero_()
     batch.token_rewards[0, int(batch.action_mask[0].nonzero().max())] = 1.0  # only the first group has signal
     before = {k: v.clone() for k, v in skipping.policy.state_dict().items()}
-    out = skipping.update(batch, 0)
+    out = rl_update.update(skipping.learner, batch, cfg.train, skipping.amp)
     assert out["updated_fraction"] == pytest.approx(3 / 9)
-    assert full.update(batch, 0)["updated_fraction"] == 1.0
+    monkeypatch.setattr(rl_update, "rows_with_signal", lambda adv, mask: torch.arange(len(adv)))
+    assert rl_update.update(full.learner, batch, cfg.train, full.amp)["updated_fraction"] == 1.0
     after, reference = skipping.policy.state_dict(), full.policy.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     for k in after:
         assert torch.allclose(after[k], reference[k], atol=1e-6), (k, float((after[k] - reference[k]).abs().max()))
 
 
-def reference_update(trainer: train.Trainer, batch) -> dict[str, float]:
-    """The update written straight through the pure functions, one loop (the trainer's code before it was split)."""
-    tc = trainer.tc
+def verl_loss(trainer: train.Trainer, ref, batch, tc):
+    """The step's loss over the whole batch in one piece, from verl's functions alone: the vanilla policy loss
+    (at ratio 1: the behaviour policy is the policy), entropy bonus, KL penalty to `ref`, value loss; and its terms."""
     mask = batch.action_mask if tc.mask.loss else batch.response_mask
-    values = trainer._values(batch) if trainer.critic is not None else None
+    n_tokens, n_seqs = int(mask.sum()), len(batch)
+    with trainer.amp():
+        logp, entropy = policy_logprobs(trainer.policy, batch, tc.temperature, mask)
+        vpred = trainer.critic.values(batch) if trainer.critic is not None else None
+        with torch.no_grad():
+            ref_logp = policy_logprobs(ref, batch, tc.temperature, mask)[0] if ref is not None else None
+    values = vpred.detach() if vpred is not None else None
     adv, returns = compute_advantages(tc, batch.token_rewards, batch.action_mask, batch.response_mask, batch.index,
                                       values)  # fmt: skip
-    rows = trainer._rows_to_update(adv, mask)
-    parts = [(mb, *batch.trimmed(mb)) for mb in trainer._micro(batch, rows)]
-    old = torch.zeros_like(batch.response_mask)
-    with torch.no_grad():
-        for mb, b, r in parts:
-            old[mb, :r] = policy_logprobs(trainer.policy, b, tc.temperature, mask[mb, :r])[0]
-    n_tokens, n_seqs = int(mask.sum()), len(batch)
-    sums = dict.fromkeys(["pg_loss", "ppo_kl", "pg_clipfrac", "kl_ref", "value_loss", "grad_norm"], 0.0)
-    for _ in range(tc.ppo_epochs):
-        trainer.opt.zero_grad(set_to_none=True)
-        if trainer.critic_opt is not None:
-            trainer.critic_opt.zero_grad(set_to_none=True)
-        for mb, b, r in parts:
-            m = mask[mb, :r]
-            logp, entropy = policy_logprobs(trainer.policy, b, tc.temperature, m)
-            pg, pg_metrics = policy_loss(tc, old[mb, :r], logp, adv[mb, :r], m, n_tokens, n_seqs)
-            loss = pg - tc.entropy_coef * aggregate(tc, entropy, m, n_tokens, n_seqs)
-            if trainer.ref is not None:
-                with torch.no_grad():
-                    ref_logp, _ = policy_logprobs(trainer.ref, b, tc.temperature, m)
-                kl = aggregate(tc, kl_to_reference(tc, logp, ref_logp), m, n_tokens, n_seqs)
-                loss = loss + tc.kl_coef * kl
-                sums["kl_ref"] += float(kl.detach())
-            if trainer.critic is not None:
-                vf, _ = value_loss(tc, trainer.critic.values(b), returns[mb, :r], values[mb, :r], m, n_tokens, n_seqs)
-                loss = loss + vf
-                sums["value_loss"] += float(vf.detach())
-            loss.backward()
-            sums["pg_loss"] += float(pg.detach())
-            sums["ppo_kl"] += pg_metrics["actor/ppo_kl"] * len(b) / n_seqs
-            sums["pg_clipfrac"] += pg_metrics["actor/pg_clipfrac"] * len(b) / n_seqs
-        sums["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(trainer.trainable, tc.max_grad_norm))
-        trainer.opt.step()
-        if trainer.critic_opt is not None:
-            torch.nn.utils.clip_grad_norm_(trainer.critic.parameters(), tc.max_grad_norm)
-            trainer.critic_opt.step()
-    return {k: v / tc.ppo_epochs for k, v in sums.items()}
+    actor = OmegaConf.create({"clip_ratio": tc.clip_ratio, "clip_ratio_low": tc.clip_ratio,
+                              "clip_ratio_high": tc.clip_ratio, "clip_ratio_c": 3.0,
+                              "global_batch_info": {"batch_num_tokens": n_tokens,
+                                                    "global_batch_size": n_seqs}})  # fmt: skip
+    pg, _ = core_algos.get_policy_loss_fn("vanilla")(logp.detach(), logp, adv, mask, tc.loss_agg_mode, actor, None)
+    agg = dict(loss_mask=mask, loss_agg_mode=tc.loss_agg_mode, batch_num_tokens=n_tokens, global_batch_size=n_seqs)
+    loss, terms = pg - tc.entropy_coef * core_algos.agg_loss(entropy, **agg), {"pg_loss": float(pg.detach())}
+    if ref is not None:
+        kl = core_algos.agg_loss(core_algos.kl_penalty(logp, ref_logp, tc.kl_penalty), **agg)
+        loss, terms["kl_ref"] = loss + tc.kl_coef * kl, float(kl.detach())
+    if vpred is not None:
+        vf, _ = core_algos.compute_value_loss(vpred, returns, values, mask, tc.value_clip, tc.loss_agg_mode,
+                                              batch_num_tokens=n_tokens, global_batch_size=n_seqs)  # fmt: skip
+        loss, terms["value_loss"] = loss + vf, float(vf.detach())
+    return loss, terms
 
 
 @pytest.mark.parametrize("over", [
-    {"algorithm": "grpo", "kl_coef": 0.1, "entropy_coef": 0.01, "ppo_epochs": 2,
-     "loss_agg_mode": "seq-mean-token-mean"},
-    {"algorithm": "ppo", "ppo_epochs": 2, "gamma": 0.9, "lam": 0.8, "mask": {"loss": False}},
-], ids=["grpo-kl-entropy", "ppo"])  # fmt: skip
-def test_the_update_equals_the_losses_written_out_to_the_last_bit(prepared, tmp_path, over):
-    """Trainer.update (old log-probs, micro-batch losses, guarded step) against the same step written straight
-    through the pure loss functions: same metrics and same weights, policy, critic and optimizer state, bit for bit."""
-    cfg = parse_config(small_raw(fresh(prepared, tmp_path), steps=1, eval_every=0, micro_batch_size=2, **over))
-    trainer, reference = train.build_trainer(cfg), train.build_trainer(cfg)
-    qs = trainer.sample_questions(0)
-    trajs = rollout(trainer.policy, trainer.chat, trainer.env, [q for q in qs for _ in range(3)], cfg.agent,
-                    generator=torch.Generator().manual_seed(0))  # fmt: skip
-    batch = collate(trajs, trainer.chat.pad_id)
-    for i in range(len(batch)):  # rewards that differ within each group: every row carries signal
-        batch.token_rewards[i, int(batch.action_mask[i].nonzero().max())] += (i % 3) / 2
-    got, want = trainer.update(batch, 0), reference_update(reference, batch)
-    assert got["skipped_nonfinite"] == 0 and got["updated_fraction"] == 1.0
-    assert all(got[k] == want[k] for k in got if k in want), {k: (got[k], want[k]) for k in got if k in want}
-    assert got["grad_norm"] > 0 and ("kl_ref" in got) == (cfg.train.kl_coef > 0)
-    assert ("value_loss" in got) == (cfg.train.algorithm == "ppo")
-    for mine, theirs in [(trainer.policy, reference.policy), (trainer.critic, reference.critic)]:
-        if mine is not None:
-            a, b = mine.state_dict(), theirs.state_dict()
-            assert all(torch.equal(a[k], b[k]) for k in a)
-    assert tensor_equal(trainer.opt.state_dict()["state"], reference.opt.state_dict()["state"])
-    assert any(not torch.equal(v, p) for v, p in zip(trainer.policy.state_dict().values(),
-                                                     train.build_trainer(cfg).policy.state_dict().values()))
+    {"algorithm": "grpo", "kl_coef": 0.1, "entropy_coef": 0.01, "loss_agg_mode": "seq-mean-token-mean"},
+    {"algorithm": "rloo"},
+    {"algorithm": "ppo", "gamma": 0.9, "lam": 0.8, "mask": {"loss": False}},
+], ids=["grpo-kl-entropy", "rloo", "ppo"])  # fmt: skip
+def test_the_update_takes_the_gradient_step_of_verls_losses_over_the_whole_batch(prepared, tmp_path, over):
+    """One epoch in micro-batches of 2 equals one SGD step on the loss verl's functions give for the whole batch at
+    once: the same loss terms, the same new weights (policy and critic)."""
+    cfg = parse_config(small_raw(fresh(prepared, tmp_path), steps=1, eval_every=0, micro_batch_size=2,
+                                 max_grad_norm=1e9, **over))  # fmt: skip
+    trainer = train.build_trainer(cfg)
+    sgd(trainer)
+    batch = signal_batch(trainer, cfg)
+    ref = None
+    if cfg.train.kl_coef:  # a reference apart from the policy, so that the KL term is not 0
+        ref = copy.deepcopy(trainer.ref)
+        with torch.no_grad():
+            for p in ref.parameters():
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+    params = [p for m in (trainer.policy, trainer.critic) if m is not None for p in m.parameters() if p.requires_grad]
+    loss, want = verl_loss(trainer, ref, batch, cfg.train)
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    expected = [p.detach() - g if g is not None else p.detach().clone() for p, g in zip(params, grads)]
+
+    learner = dataclasses.replace(trainer.learner, ref=ref)
+    got = rl_update.update(learner, batch, cfg.train, trainer.amp)
+    assert got["updated_fraction"] > 0 and got["skipped_nonfinite"] == 0 and got["grad_norm"] > 0
+    assert got.keys() >= want.keys() and ("value_loss" in got) == (trainer.critic is not None)
+    for k in want:
+        assert got[k] == pytest.approx(want[k], rel=1e-5, abs=1e-7), k
+    assert want.get("kl_ref", 1.0) > 0
+    for n, (a, b) in enumerate(zip(params, expected)):
+        assert torch.allclose(a.detach(), b, atol=1e-6), (n, float((a.detach() - b).abs().max()))
+    assert any(torch.count_nonzero(g) for g in grads if g is not None)  # the step moved the weights
 
 
-def tensor_equal(a, b) -> bool:
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(tensor_equal(a[k], b[k]) for k in a)
-    return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+def test_a_step_keeps_its_entropy_bonus_to_itself(prepared, tmp_path):
+    """train.entropy_floor raises the bonus of a step whose sampling entropy is below it; the trainer's config stays."""
+    cfg = parse_config(small_raw(fresh(prepared, tmp_path), steps=1, eval_every=0, entropy_coef=0.001,
+                                 entropy_floor=1e6, entropy_floor_coef=0.01))  # fmt: skip
+    trainer = train.build_trainer(cfg)
+    metrics, _ = trainer.step(0)
+    assert metrics["entropy_coef"] == pytest.approx(0.011)
+    assert trainer.tc is cfg.train and trainer.tc.entropy_coef == 0.001
 
 
 # Kill -9 at exact points: a real SIGKILL of a real `train` stage process (MLflow store, curve.csv), then resume.

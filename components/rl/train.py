@@ -1,9 +1,8 @@
 """The local trainer (train stage, backend `local`): rollout -> rewards -> advantages -> clipped update.
 
 Each step samples `questions_per_step` training questions, rolls out `group_size` episodes of each with the
-current policy, turns rewards into advantages (verl's estimators over the advantage mask) and
-takes one optimizer step (micro-batches accumulate gradients; `ppo_epochs` passes). Step s draws its questions
-and sampling noise from (seed, s) alone, so a run resumed from a checkpoint repeats exactly what it would have done.
+current policy and updates it on them (components/rl/update.py). Step s draws its questions and sampling noise
+from (seed, s) alone, so a run resumed from a checkpoint repeats exactly what it would have done.
 """
 
 from __future__ import annotations
@@ -30,10 +29,11 @@ from components.model.loading import RolloutWeights, autocast, freeze_below, loa
 from components.model.top_layers import frozen_layers
 from components.retrieval.factory import make_backend
 from components.rl import checkpoint as ckpt
-from components.rl.advantages import compute_advantages, groups_with_signal, step_config
-from components.rl.batch import Batch, collate
+from components.rl.advantages import groups_with_signal, step_config
+from components.rl.batch import collate
 from components.rl.critic import Critic
-from components.rl.losses import micro_batch_loss, policy_logprobs
+from components.rl.update import Learner
+from components.rl.update import update as rl_update
 from components.rollout.chat import ChatFormat
 from components.rollout.content import content_entropy
 from components.rollout.engine import RolloutStats, rollout
@@ -100,6 +100,11 @@ class Trainer:
     def amp(self):
         return autocast(self.cfg, self.device)
 
+    @property
+    def learner(self) -> Learner:
+        """What an update changes and reads (components/rl/update.py)."""
+        return Learner(self.policy, self.trainable, self.opt, self.ref, self.critic, self.critic_opt)
+
     # --- one step ------------------------------------------------------------------------------------
 
     def sample_questions(self, step: int) -> list[Question]:
@@ -122,8 +127,8 @@ class Trainer:
                             engine=self.cfg.rollout, capture_layer=self.keep_layer)  # fmt: skip
         t1 = time.perf_counter()
         batch = collate(trajs, self.chat.pad_id, self.keep_layer).to(self.device)
-        self.tc = step_config(self.cfg.train, stats.entropy)  # train.entropy_floor: the bonus for this update
-        update = self.update(batch, step)
+        tc = step_config(self.cfg.train, stats.entropy)  # train.entropy_floor: the bonus for this update
+        update = rl_update(self.learner, batch, tc, self.amp)
         t2 = time.perf_counter()
         eps = [t.episode for t in trajs]
         n_calls = sum(e.n_calls for e in eps)
@@ -142,7 +147,7 @@ class Trainer:
             "rollout_tokens_per_s": stats.tokens_per_s,
             "entropy": stats.entropy,  # of the sampling policy, per generated token
             "content_entropy": content_entropy(trajs, self.chat),  # of the query and answer tokens alone
-            "entropy_coef": self.tc.entropy_coef,
+            "entropy_coef": tc.entropy_coef,
             "groups_with_signal": groups_with_signal(batch.token_rewards.sum(-1), batch.index),  # GRPO's signal
             "rollout_s": t1 - t0,
             "tool_s": stats.tool_seconds,
@@ -150,122 +155,6 @@ class Trainer:
             **update,
         }
         return metrics, trajs
-
-    def update(self, batch: Batch, step: int) -> dict[str, float]:
-        """Advantages, then `ppo_epochs` passes of: micro-batch losses (gradients accumulate), one guarded step."""
-        tc = self.tc
-        loss_mask = batch.action_mask if tc.mask.loss else batch.response_mask
-        values = self._values(batch) if self.critic is not None else None
-        adv, returns = compute_advantages(tc, batch.token_rewards, batch.action_mask, batch.response_mask,
-                                          batch.index, values)  # fmt: skip
-        rows = self._rows_to_update(adv, loss_mask)
-        parts = [(mb, *batch.trimmed(mb)) for mb in self._micro(batch, rows)]  # (rows, trimmed batch, width)
-        old_logp = self._old_logprobs(batch, parts, loss_mask) if tc.ppo_epochs > 1 else None
-        n_tokens, n_seqs = int(loss_mask.sum()), len(batch)
-        self.policy.train()
-        sums: dict[str, float] = {"pg_loss": 0.0, "ppo_kl": 0.0, "pg_clipfrac": 0.0}  # 0 when no row has signal
-        skipped = 0
-        for _epoch in range(tc.ppo_epochs):
-            self._zero_grad()
-            finite = True
-            for mb, b, r in parts:
-                old = old_logp[mb, :r] if old_logp is not None else None
-                vals = (returns[mb, :r], values[mb, :r]) if values is not None else None
-                loss, terms = self._micro_loss(b, loss_mask[mb, :r], adv[mb, :r], old, vals, n_tokens, n_seqs)
-                for k in ("kl_ref", "value_loss"):  # summed before the finiteness check, as before the split
-                    if k in terms:
-                        sums[k] = sums.get(k, 0.0) + terms[k]
-                if not torch.isfinite(loss):
-                    finite = False
-                    break
-                loss.backward()
-                sums["pg_loss"] += terms["pg_loss"]
-                sums["ppo_kl"] += terms["ppo_kl"] * len(b) / n_seqs
-                sums["pg_clipfrac"] += terms["pg_clipfrac"] * len(b) / n_seqs
-            grad_norm = self._optimizer_step(finite, has_rows=bool(parts))
-            if grad_norm is None:
-                skipped += 1
-                continue
-            sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
-        epochs = max(1, tc.ppo_epochs - skipped)
-        out = {k: v / epochs for k, v in sums.items()}
-        out["skipped_nonfinite"] = float(skipped)
-        out["updated_fraction"] = len(rows) / n_seqs
-        out["advantage_abs"] = float((adv.abs() * loss_mask).sum() / loss_mask.sum().clamp(min=1))
-        return out
-
-    @torch.no_grad()
-    def _old_logprobs(self, batch: Batch, parts: list, loss_mask: torch.Tensor) -> torch.Tensor:
-        """The behaviour policy's log-probs, before the first of several epochs changes it."""
-        old_logp = torch.zeros_like(batch.response_mask)
-        for mb, b, r in parts:
-            with self.amp():
-                old_logp[mb, :r] = policy_logprobs(self.policy, b, self.tc.temperature, loss_mask[mb, :r])[0]
-        return old_logp
-
-    def _micro_loss(self, b: Batch, mask: torch.Tensor, adv: torch.Tensor, old_logp: torch.Tensor | None,
-                    returns_values: tuple[torch.Tensor, torch.Tensor] | None, n_tokens: int, n_seqs: int):  # fmt: skip
-        """Forward passes of one micro-batch (policy, reference, critic), then its loss and terms."""
-        tc = self.tc
-        with self.amp():
-            logp, entropy = policy_logprobs(self.policy, b, tc.temperature, mask)
-        ref_logp = value_terms = None
-        if self.ref is not None:
-            with torch.no_grad(), self.amp():
-                ref_logp, _ = policy_logprobs(self.ref, b, tc.temperature, mask)
-        if self.critic is not None:
-            with self.amp():
-                vpred = self.critic.values(b)
-            value_terms = (vpred, *returns_values)
-        old = old_logp if old_logp is not None else logp.detach()
-        return micro_batch_loss(tc, logp, entropy, old, adv, mask, n_tokens, n_seqs, ref_logp, value_terms)
-
-    def _optimizer_step(self, finite: bool, has_rows: bool) -> float | None:
-        """Clip and step (the critic too); the grad norm, or None with no step when the loss or norm is not finite."""
-        if not has_rows:  # nothing to learn from: the step AdamW would take on an all-zero gradient
-            for p in self.trainable:
-                p.grad = torch.zeros_like(p)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, self.tc.max_grad_norm) if finite else None
-        if grad_norm is None or not torch.isfinite(grad_norm):
-            self._zero_grad()
-            return None
-        self.opt.step()
-        if self.critic_opt is not None:
-            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.tc.max_grad_norm)
-            self.critic_opt.step()
-        return float(grad_norm)
-
-    def _zero_grad(self) -> None:
-        self.opt.zero_grad(set_to_none=True)
-        if self.critic_opt is not None:
-            self.critic_opt.zero_grad(set_to_none=True)
-
-    def _values(self, batch: Batch) -> torch.Tensor:
-        """The critic's value of every response position, before the update."""
-        values = torch.zeros_like(batch.response_mask)
-        with torch.no_grad():
-            for mb in self._micro(batch, torch.arange(len(batch))):
-                b, r = batch.trimmed(mb)
-                with self.amp():
-                    values[mb, :r] = self.critic.values(b)
-        return values
-
-    def _rows_to_update(self, adv: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
-        """Episodes whose tokens carry a non-zero advantage, when nothing else in the loss needs the others
-        (no entropy bonus, reference KL or critic): an all-zero row adds exactly zero to a gradient normalised
-        by whole-batch counts, so skipping it changes only the cost. Early in GRPO most groups score all alike."""
-        if self.critic is not None or self.ref is not None or self.tc.entropy_coef:
-            return torch.arange(len(adv))
-        return torch.nonzero(((adv * loss_mask) != 0).any(-1)).squeeze(-1).cpu()
-
-    def _micro(self, batch: Batch, rows: torch.Tensor) -> list[torch.Tensor]:
-        """Micro-batches of `rows` of similar length (longest first), each trimmed to its own width in the
-        update: the gradient is the same as over the whole batch (losses are normalized by whole-batch
-        token/sequence counts) at a fraction of the padded compute."""
-        size = self.tc.micro_batch_size
-        lengths = batch.attention_mask[rows].sum(-1).cpu()  # row indices stay on the CPU: they index numpy too
-        order = rows[torch.argsort(lengths, descending=True, stable=True)]
-        return [order[i : i + size] for i in range(0, len(order), size)]
 
     # --- evaluation ----------------------------------------------------------------------------------
 
