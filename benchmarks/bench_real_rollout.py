@@ -36,9 +36,8 @@ from components.data.prepare import read_questions
 from components.model.loading import RolloutWeights, autocast, load_model, pick_device, uses_autocast
 from components.retrieval.factory import make_backend
 from components.rl.train import Trainer, split_questions
-from components.rollout.chat import ChatFormat
-from components.rollout.engine import RolloutStats, rollout
-from components.rollout.evaluate import episode_prompts, make_env
+from components.rollout.engine import RolloutStats
+from components.rollout.episode_setup import episode_setup
 from components.rollout.vllm_engine import VllmEngine
 from components.tracking.tracker import NullTracker  # noqa: F401  (Trainer's tracker-free use)
 from components.tracking.runs import commit as git_commit
@@ -93,14 +92,12 @@ def plain_decode(model, rows: int, prompt_len: int = 200, new_tokens: int = 48) 
 
 def engine_run(cfg, model, tok, questions, group: int, seed: int = 0) -> dict:
     """One rollout of `group` episodes per question on `model` (a transformers model, or a VllmEngine)."""
-    chat = ChatFormat.for_agent(tok, cfg.agent)
     backend = make_backend(cfg)
-    env = make_env(backend, questions, cfg.agent, cfg.retrieval.top_k, chat)
+    episodes = episode_setup(tok, backend, questions, cfg.agent, cfg.retrieval.top_k)
     stats = RolloutStats()
     eps = [q for q in questions for _ in range(group)]
-    trajs = rollout(model, chat, env, eps, cfg.agent, temperature=cfg.train.temperature,
-                    generator=torch.Generator().manual_seed(seed), stats=stats, engine=cfg.rollout,
-                    prompts=episode_prompts(eps, chat, env))  # fmt: skip
+    trajs = episodes.rollout(model, eps, temperature=cfg.train.temperature, generator=torch.Generator().manual_seed(seed),
+                             stats=stats, engine=cfg.rollout)  # fmt: skip
     tokens = sum(len(t.input_ids) for t in trajs)
     return {
         "engine": "vllm" if isinstance(model, VllmEngine) else "hf",

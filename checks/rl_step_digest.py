@@ -103,20 +103,20 @@ def run_variant(prepared: Path, work: Path, over: dict) -> dict:
     shutil.copytree(prepared, art)
     cfg = parse_config(raw_config(art, **over))
     rollouts = hashlib.sha256()
-    original = train.rollout
+    original = train.Trainer.step
 
-    def recording(*args, **kwargs):
-        trajs = original(*args, **kwargs)
-        for t in trajs:
+    def recording(self, step):
+        metrics, trajs = original(self, step)
+        for t in trajs:  # the step's sampled episodes
             rollouts.update(repr((t.input_ids, t.action_mask, t.rewards, t.logprobs, t.turn_spans)).encode())
-        return trajs
+        return metrics, trajs
 
-    train.rollout = recording
+    train.Trainer.step = recording
     try:
         rec = Recorder()
         result = train.run(cfg, rec)
     finally:
-        train.rollout = original
+        train.Trainer.step = original
     from safetensors.torch import load_file
 
     last = ckpt.latest(train.checkpoint_root(cfg))
@@ -143,9 +143,9 @@ def rollout_fingerprint(prepared: Path) -> dict:
     from components.data.prepare import read_questions
     from components.model.loading import load_model
     from components.retrieval.factory import make_backend
-    from components.rollout.chat import ChatFormat
     from components.config import RolloutConfig
-    from components.rollout.engine import RolloutStats, rollout
+    from components.rollout.engine import RolloutStats
+    from components.rollout.episode_setup import episode_setup
 
     cfg = parse_config(raw_config(prepared))
     qs = [q for q in read_questions(artifacts.questions(cfg)) if q.split == "dev"][:12]
@@ -159,12 +159,11 @@ def rollout_fingerprint(prepared: Path) -> dict:
             kept = [[getattr(r, f.name) for f in dataclasses.fields(r) if f.compare] for r in res]  # not timings
             out[f"eval_{mode}_{budget}"] = hashlib.sha256(repr(kept).encode()).hexdigest()
     agent = cfg.agent.model_copy(update={"max_total_tokens": 70})
-    chat = ChatFormat.for_agent(tok, agent)
+    episodes = episode_setup(tok, backend, qs, agent, cfg.retrieval.top_k)
     stats = RolloutStats()
     # fewer cache rows than episodes (queued ones take freed rows); long prefill chunks a few columns at a time
     engine = RolloutConfig(max_rows=8, prefill_tokens=64)
-    trajs = rollout(model, chat, ev.make_env(backend, qs, agent, cfg.retrieval.top_k, chat), qs * 2, agent,
-                    generator=torch.Generator().manual_seed(5), stats=stats, engine=engine)  # fmt: skip
+    trajs = episodes.rollout(model, qs * 2, generator=torch.Generator().manual_seed(5), stats=stats, engine=engine)
     out["sampled_cut_chunked"] = hashlib.sha256(repr([(t.input_ids, t.action_mask, t.rewards, t.logprobs,
                                                       t.turn_spans, t.episode) for t in trajs]).encode()).hexdigest()
     out["sampled_stats"] = repr((stats.generated_tokens, stats.forward_calls, stats.entropy_sum))

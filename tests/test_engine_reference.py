@@ -15,7 +15,7 @@ from components.data.synthetic import generate_world
 from components.retrieval.embedded import EmbeddedBackend
 from components.rollout.chat import ChatFormat
 from components.rollout.engine import RolloutStats, rollout
-from components.rollout.evaluate import make_env
+from components.rollout.episode_setup import make_env
 from components.rollout.reference import reference_rollout
 from components.rollout.slots import SlotModel
 

@@ -16,7 +16,7 @@ from components.config import ConfigError, load_config, parse_config
 from components.data.schema import Passage, Question
 from components.retrieval.embedded import EmbeddedBackend
 from components.rollout.chat import ChatFormat
-from components.rollout.evaluate import make_env, searched_prompts
+from components.rollout.episode_setup import make_env, searched_prompts
 from tests.conftest import ROOT
 from tests.real_tokenizer import qwen_tokenizer
 

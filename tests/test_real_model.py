@@ -24,7 +24,8 @@ from components.rl.train import Trainer
 from components.rl.update import update
 from components.rollout.chat import ChatFormat
 from components.rollout.engine import rollout
-from components.rollout.evaluate import evaluate_agent, make_env, summarize
+from components.rollout.episode_setup import make_env
+from components.rollout.evaluate import evaluate_agent, summarize
 from components.rollout.reference import reference_rollout
 from tests.conftest import ROOT as repo_root
 from tests.terminal import in_pty, terminal_env
@@ -90,8 +91,8 @@ def episodes(real):
     policy = copy.deepcopy(policy)
     trainer = Trainer(cfg, policy, tok, backend, questions[:2], {})
     gen = torch.Generator().manual_seed(0)
-    trajs = rollout(policy, trainer.chat, trainer.env, [q for q in questions[:2] for _ in range(2)], cfg.agent,
-                    temperature=1.0, generator=gen)  # fmt: skip
+    trajs = trainer.episodes.rollout(policy, [q for q in questions[:2] for _ in range(2)], temperature=1.0,
+                                     generator=gen)
     return trainer, trajs
 
 

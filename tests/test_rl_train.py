@@ -28,7 +28,6 @@ from components.rl import update as rl_update
 from components.rl.advantages import compute_advantages
 from components.rl.batch import collate
 from components.rl.losses import policy_logprobs
-from components.rollout.engine import rollout
 from components.tracking.tracker import NullTracker
 from tests.toy import small_raw
 
@@ -120,8 +119,8 @@ def test_non_finite_loss_skips_the_step(prepared, tmp_path):
 def signal_batch(trainer: train.Trainer, cfg, group_size: int = 3):
     """A batch of the trainer's first step's episodes, rewards that differ within each group: every row has signal."""
     qs = trainer.sample_questions(0)
-    trajs = rollout(trainer.policy, trainer.chat, trainer.env, [q for q in qs for _ in range(group_size)], cfg.agent,
-                    generator=torch.Generator().manual_seed(0))  # fmt: skip
+    trajs = trainer.episodes.rollout(trainer.policy, [q for q in qs for _ in range(group_size)],
+                                     generator=torch.Generator().manual_seed(0))
     batch = collate(trajs, trainer.chat.pad_id)
     for i in range(len(batch)):
         batch.token_rewards[i, int(batch.action_mask[i].nonzero().max())] += (i % group_size) ** 2 / 2

@@ -102,12 +102,12 @@ def test_forced_first_search_is_prompt_with_mask_zero(toy):
     first turn; the call and its results are prompt (mask 0, no log-prob), the episode starts with those passages
     seen, and the model's own turns follow with mask 1. Without the searched prompts the episode refuses to start."""
     from components.agent.parser import call_text
-    from components.rollout.evaluate import episode_prompts
+    from components.rollout.episode_setup import EpisodeSetup
 
     agent = toy.agent.model_copy(update={"force_first_search": True})
     env = toy.env(agent)
     qs = toy.world.questions("train")[:3] * 2
-    prompts = episode_prompts(qs, toy.chat, env)
+    prompts = EpisodeSetup(toy.chat, env, agent).prompts(qs)
     trajs = rollout(toy.model, toy.chat, env, qs, agent, temperature=1.0, generator=torch.Generator().manual_seed(2),
                     prompts=prompts)  # fmt: skip
     for t, p in zip(trajs, prompts):

@@ -5,6 +5,7 @@ import io
 import pytest
 import torch
 
+import components.rollout.episode_setup as episode_setup
 import components.rollout.evaluate as ev
 from components.config import AgentConfig
 from tests.toy import make_toy
@@ -57,7 +58,7 @@ def test_a_small_token_budget_streams_through_few_rows_with_the_same_results(toy
         rows.append(k["engine"].max_rows)
         return rollout(model, chat, env, questions, *a, **k)
 
-    monkeypatch.setattr(ev, "rollout", spy)
+    monkeypatch.setattr(episode_setup, "rollout", spy)
     budget = 3 * toy.agent.max_total_tokens if mode == "agent" else 150  # single-turn rows: prompt + 16 tokens
     toy.backend.reseed(0)
     streamed = ev.evaluate_agent(toy.model, toy.tokenizer, qs, toy.backend, toy.agent, 3, mode=mode, batch_tokens=budget)

@@ -10,7 +10,8 @@ from components.data.schema import Passage, Question
 from components.retrieval.embedded import EmbeddedBackend
 from components.rollout.chat import ChatFormat
 from components.rollout.engine import rollout
-from components.rollout.evaluate import evaluate_agent, make_env, summarize
+from components.rollout.episode_setup import make_env
+from components.rollout.evaluate import evaluate_agent, summarize
 from tests.real_tokenizer import bigram_model, smollm2_tokenizer
 
 IM_START, IM_END, NEWLINE = 1, 2, 198

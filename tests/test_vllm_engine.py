@@ -23,7 +23,8 @@ from components.rl.batch import collate
 from components.rl.losses import policy_logprobs
 from components.rl.train import Trainer
 from components.rollout.engine import RolloutStats, rollout
-from components.rollout.evaluate import evaluate_agent, searched_prompts
+from components.rollout.episode_setup import searched_prompts
+from components.rollout.evaluate import evaluate_agent
 from components.rollout.vllm_engine import VllmEngine, VllmError, vllm_python
 from components.serving.agent import run_episodes
 from components.serving.batcher import Cancelled
@@ -67,8 +68,9 @@ def _episodes(trainer, questions, seed: int, temperature: float = 1.0, group_siz
     results in the prompt (agent.force_first_search's prompts)."""
     gen = torch.Generator().manual_seed(seed)
     group = [q for q in questions for _ in range(group_size)]
-    prompts = searched_prompts(group, trainer.chat, trainer.env) if searched else None
-    return rollout(trainer.actor.model, trainer.chat, trainer.env, group, trainer.cfg.agent, temperature=temperature,
+    env = trainer.episodes.env
+    prompts = searched_prompts(group, trainer.chat, env) if searched else None
+    return rollout(trainer.actor.model, trainer.chat, env, group, trainer.cfg.agent, temperature=temperature,
                    generator=gen, stats=RolloutStats(), prompts=prompts)  # fmt: skip
 
 

@@ -22,6 +22,7 @@ from components.data.prepare import load_all
 from components.model import warmup
 from components.retrieval.embedded import EmbeddedBackend
 from components.rollout.chat import ChatFormat
+from components.rollout.episode_setup import episode_setup
 from tests.conftest import ROOT
 from tests.real_tokenizer import smollm2_tokenizer
 
@@ -211,7 +212,8 @@ def probed(shipped):
         def measure(step):
             calls.append(step)
             forced = warmup.content_entropy_forced(m, made_, chat.pad_id, 1.0)
-            return warmup.probe(m, chat, backend, synthetic[8:11], c, seed=0) | {"content_entropy_forced": forced}
+            episodes = episode_setup(tok, backend, synthetic, c.agent, c.retrieval.top_k)
+            return warmup.probe(m, episodes, synthetic[8:11], c, seed=0) | {"content_entropy_forced": forced}
 
         with pytest.warns(UserWarning) if warm.get("min_answered", 0) > 0 else nullcontext():
             result = warmup.warm_up(m, data, c, chat.pad_id, measure)

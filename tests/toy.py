@@ -12,7 +12,7 @@ from components.agent.parser import answer_text, call_text
 from components.model.tiny import build_model, build_tokenizer
 from components.retrieval.embedded import EmbeddedBackend
 from components.rollout.chat import ChatFormat
-from components.rollout.evaluate import make_env
+from components.rollout.episode_setup import make_env
 
 TOY_WORLD = SyntheticConfig(seed=5, n_entities=40, n_relations=4, n_train=100, n_dev=20, n_test=20)
 TOY_MODEL = TinyModelConfig(vocab_size=700, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

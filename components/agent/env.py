@@ -112,7 +112,7 @@ class ToolEnv:
         first = self._first.get(question.id)
         if first is None and self.cfg.force_first_search:
             raise ValueError(f"question {question.id}: agent.force_first_search is on, but its first search was not "
-                             "run: build the prompts with components.rollout.evaluate.episode_prompts")  # fmt: skip
+                             "run: build the prompts with components.rollout.episode_setup")  # fmt: skip
         if first is not None:
             ep.first_search, ep.first_ids = first.text, first.doc_ids
             ep.seen_ids.update(first.doc_ids)

@@ -31,6 +31,7 @@ from components.model.tiny import build_model, build_tokenizer
 from components.retrieval.embedded import EmbeddedBackend
 from components.retrieval.factory import make_backend
 from components.rollout.chat import ChatFormat
+from components.rollout.episode_setup import EpisodeSetup, episode_setup
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,9 @@ def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]
     passages = {p.id: p for p in read_passages(artifacts.require(cfg, artifacts.passages(cfg)))}
     titles = {i: p.title for i, p in passages.items()}
     model, tok = load_model(src, cfg, pick_device(cfg))
-    chat = ChatFormat.for_agent(tok, cfg.agent)  # as the trainer's rollouts
     backend = make_backend(cfg)
+    episodes = episode_setup(tok, backend, train, cfg.agent, cfg.retrieval.top_k)  # as the trainer's rollouts
+    chat = episodes.chat
     metrics: dict[str, float] = {}
     # the warm-up's probes roll out on vLLM (sent the weights before each) or on the model itself
     actor = RolloutWeights(model, cfg, src) if cfg.rollout.engine == "vllm" and wc.steps else None
@@ -83,7 +85,7 @@ def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]
         if wc.cold_start_steps:
             metrics |= cold_start.run(model, chat, backend, order[n_probe:], prepared, passages, cfg, tracker)
         if wc.steps:
-            metrics |= _format_warm_up(model, actor, chat, backend, questions, probe_qs, titles, cfg, rng, tracker)
+            metrics |= _format_warm_up(model, actor, episodes, backend, questions, probe_qs, titles, cfg, rng, tracker)
     finally:
         backend.close()
         if actor is not None:
@@ -94,11 +96,12 @@ def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]
     return metrics
 
 
-def _format_warm_up(model, actor: RolloutWeights | None, chat: ChatFormat, backend, questions: list[Question],
+def _format_warm_up(model, actor: RolloutWeights | None, episodes: EpisodeSetup, backend, questions: list[Question],
                     probe_qs: list[Question], titles: dict[str, str], cfg: Config, rng: random.Random,
                     tracker) -> dict[str, float]:  # fmt: skip
     """The format warm-up (components/model/warmup.py) on `questions`, probed on `probe_qs` (on `actor`'s vLLM
     process when there is one)."""
+    chat = episodes.chat
     data = [t.seq for t in warmup.transcripts(questions, backend, chat, cfg, titles, rng)]
     held_out = warmup.transcripts(probe_qs, backend, chat, cfg, titles, rng)
     if not data:
@@ -110,7 +113,7 @@ def _format_warm_up(model, actor: RolloutWeights | None, chat: ChatFormat, backe
         shown: list[str] = []
         if actor is not None:
             actor.sync()
-        scores = warmup.probe(actor.model if actor else model, chat, backend, probe_qs, cfg, seed, shown)
+        scores = warmup.probe(actor.model if actor else model, episodes, probe_qs, cfg, seed, shown)
         tracker.log_text("\n\n".join(shown), f"warmup/probe_step_{step:04d}.txt")
         with autocast(cfg, next(model.parameters()).device):
             forced = warmup.content_entropy_forced(model, held_out, chat.pad_id, cfg.train.temperature)

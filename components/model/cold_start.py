@@ -39,7 +39,7 @@ from components.model.priming import Sequence_, lm_step
 from components.model.warmup import _NAME, FUNCTION_WORDS, mentions
 from components.retrieval.base import SearchBackend
 from components.rollout.chat import ChatFormat
-from components.rollout.evaluate import episode_prompts, make_env
+from components.rollout.episode_setup import EpisodeSetup, make_env
 from components.rollout.trajectory import Trajectory
 
 YES_NO = ("yes", "no")  # comparison answers: shown by no passage, named by no question
@@ -123,8 +123,8 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
     if not candidates:
         return [], drops
     qs = [q for q, _ in candidates]
-    env = make_env(backend, qs, agent, cfg.retrieval.top_k, chat)
-    prompts = episode_prompts(qs, chat, env) or [chat.prompt_ids(q.question) for q in qs]
+    episodes = EpisodeSetup(chat, make_env(backend, qs, agent, cfg.retrieval.top_k, chat), agent)
+    env, prompts = episodes.env, episodes.prompts(qs)
     drafts = []
     for (q, path), prompt in zip(candidates, prompts):
         d = _Draft(Trajectory(env.reset(q), prompt_len=len(prompt)), path)

@@ -43,8 +43,9 @@ from components.model.priming import Sequence_, lm_step
 from components.retrieval.base import Hit, SearchBackend
 from components.rollout.chat import ChatFormat
 from components.rollout.content import content_entropy
-from components.rollout.engine import RolloutStats, rollout
-from components.rollout.evaluate import episode_prompts, make_env, transcript
+from components.rollout.engine import RolloutStats
+from components.rollout.episode_setup import EpisodeSetup
+from components.rollout.evaluate import transcript
 
 FUNCTION_WORDS = frozenset(
     "a an the of in on at to for by with from and or is was are were be been who whom whose what which when where "
@@ -229,19 +230,18 @@ def _search(backend: SearchBackend, drafts: Sequence[_Draft], k: int) -> list[li
 
 
 @torch.no_grad()
-def probe(model, chat: ChatFormat, backend: SearchBackend, questions: Sequence[Question], cfg: Config,
-          seed: int, shown: list[str] | None = None) -> dict[str, float]:  # fmt: skip
+def probe(model, episodes: EpisodeSetup, questions: Sequence[Question], cfg: Config, seed: int,
+          shown: list[str] | None = None) -> dict[str, float]:  # fmt: skip
     """Episodes sampled at train.temperature through the real rollout (each question `model.warmup.probe_samples`
     times): EM, F1, answered rate, valid-call rate, valid searches per episode, sampling entropy (nats/token) of
     every sampled token and of the content tokens (queries, answers).
     `shown` receives a readable transcript of each question's first episode."""
-    env = make_env(backend, questions, cfg.agent, cfg.retrieval.top_k, chat)
+    chat = episodes.chat
     group = [q for q in questions for _ in range(cfg.model.warmup.probe_samples)]
     stats = RolloutStats()
     gen = torch.Generator().manual_seed(seed)
     with rollout_autocast(cfg, model):
-        trajs = rollout(model, chat, env, group, cfg.agent, temperature=cfg.train.temperature, generator=gen,
-                        stats=stats, prompts=episode_prompts(group, chat, env))  # fmt: skip
+        trajs = episodes.rollout(model, group, temperature=cfg.train.temperature, generator=gen, stats=stats)
     eps = [t.episode for t in trajs]
     if shown is not None:
         shown += [transcript(t, chat) for t in trajs[:: cfg.model.warmup.probe_samples]]

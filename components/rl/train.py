@@ -34,10 +34,10 @@ from components.rl.batch import collate
 from components.rl.critic import Critic
 from components.rl.update import Learner
 from components.rl.update import update as rl_update
-from components.rollout.chat import ChatFormat
 from components.rollout.content import content_entropy
-from components.rollout.engine import RolloutStats, rollout
-from components.rollout.evaluate import episode_prompts, evaluate_agent, make_env, summarize, transcript
+from components.rollout.engine import RolloutStats
+from components.rollout.episode_setup import episode_setup
+from components.rollout.evaluate import evaluate_agent, summarize, transcript
 from components.rollout.traces import train_traces
 
 SYNTHETIC, COUNTERFACTUAL = "synthetic", "synthetic_cf"
@@ -74,9 +74,9 @@ class Trainer:
         self.cfg, self.tc = cfg, cfg.train
         self.policy, self.tok, self.backend = policy, tokenizer, backend
         self.device = next(policy.parameters()).device
-        self.chat = ChatFormat.for_agent(tokenizer, cfg.agent)
         self.train_qs, self.eval_sets = train_qs, eval_sets
-        self.env = make_env(backend, train_qs, cfg.agent, cfg.retrieval.top_k, self.chat)
+        self.episodes = episode_setup(tokenizer, backend, train_qs, cfg.agent, cfg.retrieval.top_k)
+        self.chat = self.episodes.chat
         self.trainable = freeze_below(policy, self.tc.trainable_layers)
         if self.tc.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
@@ -122,9 +122,9 @@ class Trainer:
         self.actor.sync()
         group = [q for q in qs for _ in range(self.tc.group_size)]
         with self.rollout_amp():
-            trajs = rollout(self.actor.model, self.chat, self.env, group, self.cfg.agent, temperature=self.tc.temperature,
-                            generator=gen, stats=stats, prompts=episode_prompts(group, self.chat, self.env),
-                            engine=self.cfg.rollout, capture_layer=self.keep_layer)  # fmt: skip
+            trajs = self.episodes.rollout(self.actor.model, group, temperature=self.tc.temperature, generator=gen,
+                                          stats=stats, engine=self.cfg.rollout,
+                                          capture_layer=self.keep_layer)  # fmt: skip
         t1 = time.perf_counter()
         batch = collate(trajs, self.chat.pad_id, self.keep_layer).to(self.device)
         tc = step_config(self.cfg.train, stats.entropy)  # train.entropy_floor: the bonus for this update

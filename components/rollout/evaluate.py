@@ -12,23 +12,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from components.agent.env import ToolEnv
-from components.agent.parser import ANSWER_OPEN, call_text
-from components.agent.prompts import initial_messages, render_prompt
+from components.agent.parser import ANSWER_OPEN
 from components.agent.rewards import exact_match, f1
-from components.agent.tools import SearchTool
 from components.config import AgentConfig, RolloutConfig
 from components.data.schema import Question
 from components.retrieval.base import SearchBackend
 from components.rollout.chat import ChatFormat
 from components.rollout.answers import plain_answer
-from components.rollout.engine import RolloutStats, rollout
+from components.rollout.engine import RolloutStats
+from components.rollout.episode_setup import NaiveRag, episode_setup, searched_prompts
 from components.rollout.progress import GenerationProgress
 from components.rollout.steps import episode_steps
 from components.rollout.trajectory import Trajectory
 
 Mode = Literal["agent", "direct", "naive_rag"]
-NaiveRag = Literal["tool_response", "question_turn"]  # where naive RAG shows its passages
 
 
 BATCH_TOKENS = 131072  # default bound of the KV cache: rows x the longest possible row
@@ -53,14 +50,6 @@ class AgentResult:
     outcome: float = 0.0  # the episode's outcome reward
     process: float = 0.0  # the sum of its process rewards
     steps: list[dict] = field(default_factory=list, compare=False)  # turns and tool calls with wall-clock times (rollout.steps)
-
-
-def make_env(backend: SearchBackend, questions: Sequence[Question], agent: AgentConfig, top_k: int,
-             chat: ChatFormat | None = None) -> ToolEnv:  # fmt: skip
-    """A ToolEnv with a search tool per corpus; with `chat`, passages are cut to agent.passage_max_tokens."""
-    corpora = sorted({q.corpus for q in questions})
-    cut = chat.cutter(agent.passage_max_tokens) if chat is not None else None
-    return ToolEnv({c: [SearchTool(backend, c, top_k, cut)] for c in corpora}, agent)
 
 
 def transcript(t: Trajectory, chat: ChatFormat) -> str:
@@ -92,24 +81,24 @@ def evaluate_agent(
     naive_rag: NaiveRag = "tool_response",
 ) -> list[AgentResult]:
     """Greedy episodes, at most `batch_tokens` (rows x the longest possible row) in the KV cache at once."""
-    chat = ChatFormat.for_agent(tokenizer, agent, getattr(model, "generation_config", None))
     if mode != "agent":
         agent = agent.model_copy(update={"max_turns": 1, "force_first_search": False})
     questions = list(questions)
-    env = make_env(backend, questions, agent, top_k, chat)
+    episodes = episode_setup(tokenizer, backend, questions, agent, top_k, getattr(model, "generation_config", None))
+    chat = episodes.chat
     prefill = ANSWER_OPEN if mode != "agent" else ""
     if mode == "naive_rag":
-        prompts = searched_prompts(questions, chat, env, naive_rag)
+        prompts = searched_prompts(questions, chat, episodes.env, naive_rag)
     else:
-        prompts = episode_prompts(questions, chat, env) or [chat.prompt_ids(q.question) for q in questions]
+        prompts = episodes.prompts(questions)
     extra = len(chat.encode(prefill)) if prefill else 0
     bound = max((row_bound(len(p) + extra, agent) for p in prompts), default=1)
     engine = engine or RolloutConfig()
     rows = max(1, min(engine.max_rows, batch_tokens // bound))  # the KV cache's rows x columns
     engine = engine.model_copy(update={"max_rows": rows})
     with GenerationProgress(len(questions), desc or mode) as bar:
-        trajs = rollout(model, chat, env, questions, agent, temperature=0.0, stats=stats, prompts=prompts,
-                        prefill=prefill, progress=bar, engine=engine)  # fmt: skip
+        trajs = episodes.rollout(model, questions, prompts, temperature=0.0, stats=stats, prefill=prefill,
+                                 progress=bar, engine=engine)  # fmt: skip
     out = [_result(t, chat, plain=mode != "agent") for t in trajs]
     return out
 
@@ -138,31 +127,6 @@ def _result(t: Trajectory, chat: ChatFormat, plain: bool) -> AgentResult:
     return AgentResult(ep.question.id, ep.question.dataset, ep.question.question, gold, prediction, ep.turns,
                        ep.n_valid_calls, exact_match(prediction, gold), f1(prediction, gold), text, strict, ep.em,
                        ep.f1, plain, ep.outcome, sum(ep.process_rewards), episode_steps(t))  # fmt: skip
-
-
-def searched_prompts(questions: Sequence[Question], chat: ChatFormat, env: ToolEnv,
-                     where: NaiveRag = "tool_response") -> list[list[int]]:
-    """Each question's prompt with the results of one search, the question as the query, through the agent's own
-    search tool (the env's first_search, so they read exactly as an agent's search would). Shown as a finished
-    first call ("tool_response": naive RAG's prompt, and the agent's under agent.force_first_search), or above
-    the question in the question turn ("question_turn", Search-R1's naive RAG). All of it is prompt, mask 0."""
-    results = env.first_search(questions)
-    prompts = []
-    for q, r in zip(questions, results):
-        if where == "question_turn":
-            messages = initial_messages(q.question, chat.system_prompt)
-            messages[-1]["content"] = f"Search results:\n{r.text}\n\n{messages[-1]['content']}"
-            prompts.append(chat.encode(render_prompt(chat.tok, messages, chat.tools)))
-            continue
-        ids = chat.prompt_ids(q.question) + chat.encode(call_text(q.question)) + [chat.eos_id]
-        prompts.append(ids + list(chat.insert_ids(r.text, True)))
-    return prompts
-
-
-def episode_prompts(questions: Sequence[Question], chat: ChatFormat, env: ToolEnv) -> list[list[int]] | None:
-    """The prompts an agent's episodes start from: searched ones under agent.force_first_search, else None
-    (rollout's own plain prompts)."""
-    return searched_prompts(questions, chat, env) if env.cfg.force_first_search else None
 
 
 def summarize(results: Sequence[AgentResult], prefix: str = "") -> dict[str, float]:

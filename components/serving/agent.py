@@ -101,16 +101,14 @@ def run_episodes(model, tok, backend, cfg: Config, questions: Sequence[str], cor
     import torch
 
     from components.model.loading import rollout_autocast
-    from components.rollout.chat import ChatFormat
-    from components.rollout.engine import RolloutStats, rollout
-    from components.rollout.evaluate import episode_prompts, make_env
+    from components.rollout.engine import RolloutStats
+    from components.rollout.episode_setup import episode_setup
 
     qs = [Question(id=f"ask-{i}", question=q, answers=[], dataset="ask", split="ask", corpus=corpus)
           for i, q in enumerate(questions)]  # fmt: skip
-    chat = ChatFormat.for_agent(tok, cfg.agent, getattr(model, "generation_config", None))
-    env = make_env(backend, qs, cfg.agent, cfg.retrieval.top_k, chat)
+    generation_config = getattr(model, "generation_config", None)
+    episodes = episode_setup(tok, backend, qs, cfg.agent, cfg.retrieval.top_k, generation_config)
     stats = RolloutStats()
     with torch.no_grad(), rollout_autocast(cfg, model):
-        trajs = rollout(model, chat, env, qs, cfg.agent, temperature=0.0, stats=stats, progress=progress,
-                        prompts=episode_prompts(qs, chat, env), engine=cfg.rollout)  # fmt: skip
+        trajs = episodes.rollout(model, qs, temperature=0.0, stats=stats, progress=progress, engine=cfg.rollout)
     return trajs, stats
