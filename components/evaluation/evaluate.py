@@ -62,35 +62,42 @@ def run(cfg: Config, tracker) -> dict[str, float]:
     systems = ["agent", *cfg.evaluate.baselines]
     dirs = {"trained": artifacts.trained_model(cfg), "base": artifacts.base_model(cfg), "pretrained": artifacts.pretrained_model(cfg)}
     backend = make_backend(cfg)
-    models = {}
+    models: dict[str, int] = {}  # parameters of each model loaded
     report: dict = {}
     rows: list[dict] = []
     predictions: list[dict] = []
     by_pair: dict[tuple[str, str], list[AgentResult]] = {}
     try:
-        for system in systems:
-            which, mode = SYSTEMS[system]
-            if which not in models:
-                models[which] = load_generator(dirs[which], cfg)
-            model, tokenizer = models[which]
-            for name, qs in sets.items():
-                with rollout_autocast(cfg, model):
-                    results = evaluate_agent(model, tokenizer, qs, backend, cfg.agent, top_k=cfg.retrieval.top_k,
-                                             mode=mode, batch_tokens=cfg.evaluate.batch_tokens, desc=f"{system} {name}",
-                                             naive_rag=cfg.evaluate.naive_rag)  # fmt: skip
-                summary = summarize(results)
-                put(report, system, name, summary)
-                rows.append({"system": system, "set": name, **summary, "n": len(results)})
-                predictions += [{"system": system, "set": name, **_public(r)} for r in results]
-                by_pair[(system, name)] = results
-                tracker.log_text(_transcripts(results), f"trajectories/{system}/{name.replace('/', '_')}.txt")
-                tags = {"agentr1.system": system, "agentr1.set": name}
-                tracker.log_traces([from_result(r, **tags) for r in results[: cfg.tracking.traces]], f"evaluate/{system}/{name}")
+        for which in dict.fromkeys(SYSTEMS[s][0] for s in systems):  # each model loaded once, and closed when done
+            model, tokenizer = load_generator(dirs[which], cfg)
+            try:
+                models[which] = model.num_parameters()
+                for system in (s for s in systems if SYSTEMS[s][0] == which):
+                    for name, qs in sets.items():
+                        with rollout_autocast(cfg, model):
+                            results = evaluate_agent(model, tokenizer, qs, backend, cfg.agent, top_k=cfg.retrieval.top_k,
+                                                     mode=SYSTEMS[system][1], batch_tokens=cfg.evaluate.batch_tokens,
+                                                     desc=f"{system} {name}", naive_rag=cfg.evaluate.naive_rag)  # fmt: skip
+                        summary = summarize(results)
+                        put(report, system, name, summary)
+                        rows.append({"system": system, "set": name, **summary, "n": len(results)})
+                        predictions += [{"system": system, "set": name, **_public(r)} for r in results]
+                        by_pair[(system, name)] = results
+                        tracker.log_text(_transcripts(results), f"trajectories/{system}/{name.replace('/', '_')}.txt")
+                        tags = {"agentr1.system": system, "agentr1.set": name}
+                        tracker.log_traces([from_result(r, **tags) for r in results[: cfg.tracking.traces]],
+                                           f"evaluate/{system}/{name}")  # fmt: skip
+            finally:
+                if isinstance(model, VllmEngine):
+                    model.close()
     finally:
         backend.close()
-        for model, _ in models.values():
-            if isinstance(model, VllmEngine):
-                model.close()
+    order = {s: i for i, s in enumerate(systems)}  # the report lists the systems in their configured order
+    rows.sort(key=lambda r: order[r["system"]])
+    predictions.sort(key=lambda p: order[p["system"]])
+    by_pair = dict(sorted(by_pair.items(), key=lambda kv: order[kv[0][0]]))
+    if "baseline" in report:
+        report["baseline"] = {s: report["baseline"][s] for s in sorted(report["baseline"], key=order.__getitem__)}
 
     write_text(artifacts.eval_per_dataset(cfg), _csv(rows))
     write_text(artifacts.eval_predictions(cfg), "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
@@ -116,8 +123,7 @@ def params_digest(cfg: Config) -> str:
 def _context(cfg: Config, tracker, models: dict) -> dict[str, str]:
     """What the report describes: the model, its training, the run, the code and the config."""
     source = cfg.model.package or cfg.model.name_or_path
-    trained = models.get("trained")
-    size = f", {trained[0].num_parameters():,} parameters" if trained else ""
+    size = f", {models['trained']:,} parameters" if "trained" in models else ""
     run = tracker.run_id
     return {
         "model": f"{'tiny Qwen2 (CPU profile)' if source == 'tiny' else source}{size}",
