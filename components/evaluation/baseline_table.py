@@ -59,14 +59,14 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def evaluate(cfg, system: str, model, tok, qs, backend) -> dict:
-    from components.model.loading import autocast
+    from components.model.loading import rollout_autocast
     from components.rollout.engine import RolloutStats
     from components.rollout.evaluate import evaluate_agent, summarize
 
     mode = SYSTEMS[system][1]
     stats = RolloutStats()
     t0 = time.perf_counter()
-    with autocast(cfg, model.device):
+    with rollout_autocast(cfg, model):
         results = evaluate_agent(model, tok, qs, backend, cfg.agent, top_k=cfg.retrieval.top_k, mode=mode,
                                  batch_tokens=cfg.evaluate.batch_tokens, stats=stats, desc=system,
                                  naive_rag=cfg.evaluate.naive_rag)  # fmt: skip
@@ -147,8 +147,9 @@ def run(profile: str = "qwen", params: str | Path = "params.yaml", set_: list[st
     overrides, key=value)."""
     import torch
 
-    from components.model.loading import load_model
+    from components.model.loading import load_generator
     from components.retrieval.factory import make_backend
+    from components.rollout.vllm_engine import VllmEngine
 
     overrides = {"profile": profile} | {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in set_ or [])}
     cfg = load_config(params, overrides)
@@ -176,14 +177,18 @@ def run(profile: str = "qwen", params: str | Path = "params.yaml", set_: list[st
     t_all = time.perf_counter()
     try:
         for which in dict.fromkeys(SYSTEMS[s][0] for s in todo):
-            model, tok = load_model(artifacts.require(cfg, dirs[which]), cfg)
-            for system in (s for s in todo if SYSTEMS[s][0] == which):
-                for name, qs in ((n, q) for n, q in sets.items() if system not in report[n]):
-                    m = report[name][system] = evaluate(cfg, system, model, tok, qs, backend)
-                    write_json(raw, {"meta": {**meta, "seconds": meta["seconds"] + time.perf_counter() - t_all},
-                                     "sets": report})  # fmt: skip
-                    print(f"{system} {name}: EM {m['em']:.3f} F1 {m['f1']:.3f} ({m['n']} q, {m['wall_s']:.0f} s, "
-                          f"{m['tokens_per_s']:.1f} tok/s)", flush=True)  # fmt: skip
+            model, tok = load_generator(artifacts.require(cfg, dirs[which]), cfg)  # on the profile's engine
+            try:
+                for system in (s for s in todo if SYSTEMS[s][0] == which):
+                    for name, qs in ((n, q) for n, q in sets.items() if system not in report[n]):
+                        m = report[name][system] = evaluate(cfg, system, model, tok, qs, backend)
+                        write_json(raw, {"meta": {**meta, "seconds": meta["seconds"] + time.perf_counter() - t_all},
+                                         "sets": report})  # fmt: skip
+                        print(f"{system} {name}: EM {m['em']:.3f} F1 {m['f1']:.3f} ({m['n']} q, {m['wall_s']:.0f} s, "
+                              f"{m['tokens_per_s']:.1f} tok/s)", flush=True)  # fmt: skip
+            finally:
+                if isinstance(model, VllmEngine):
+                    model.close()
             del model
     finally:
         backend.close()
