@@ -494,6 +494,9 @@ class TrainConfig(Section):
                                  description="train-split questions used: data.datasets names or synthetic(_cf)")
     num_threads: int | None = Field(default=1, ge=1, description="torch CPU threads; None = torch default")
     algorithm: Algorithm = "grpo"
+    rollout_engine: Literal["hf", "vllm"] | None = Field(
+        default=None, description="the engine of the local trainer's rollouts; null = rollout.engine. On CPU, `hf` "
+        "keeps the frozen layers' output for the update (keep_frozen_hidden), which vLLM cannot return")  # fmt: skip
     keep_frozen_hidden: bool = Field(
         default=True, description="with trainable_layers: the rollout keeps the frozen layers' output and the update "
         "starts from it instead of recomputing them")  # fmt: skip

@@ -18,6 +18,7 @@ from components.data.loaders import LOADERS
 from components.data.passages import PassageTable
 from components.model.loading import RolloutWeights, load_model
 from components.model.source import materialise
+from components.model.top_layers import frozen_layers
 from components.retrieval.factory import make_backend
 from components.rl.batch import collate
 from components.rl.losses import policy_logprobs
@@ -43,7 +44,7 @@ def real(tmp_path_factory):
     root = tmp_path_factory.mktemp("vllm")
     overrides = {
         "profile": "real", "project.artifacts_dir": str(root / "artifacts"),  # the project's model cache: converted once
-        "rollout.engine": "vllm", "rollout.vllm.kv_cache_mb": 512, "agent.max_turns": 2,
+        "rollout.engine": "vllm", "train.rollout_engine": "vllm", "rollout.vllm.kv_cache_mb": 512, "agent.max_turns": 2,
         "agent.max_tokens_per_turn": 24, "train.questions_per_step": 2, "train.group_size": 2,
     }  # fmt: skip
     cfg = load_config(repo_root / "params.yaml", overrides)
@@ -200,6 +201,23 @@ def test_serving_runs_on_vllm_and_a_cancelled_batch_leaves_nothing_behind(real):
     with pytest.raises(Cancelled):
         run_episodes(trainer.actor.model, trainer.tok, trainer.backend, cfg, asked[::-1] * 4, questions[0].corpus, cancel)
     assert answers() == first  # greedy, and no request of the cancelled batch is left in vLLM
+
+
+def test_the_trainer_may_roll_out_on_its_own_engine(real):
+    """train.rollout_engine: hf trains on the transformers engine (keeping the frozen layers' output for the update)
+    while evaluation and serving stay on rollout.engine: vllm."""
+    cfg, questions, trainer = real
+    own = cfg.model_copy(update={"train": cfg.train.model_copy(update={"rollout_engine": "hf"})})
+    hf = Trainer(own, trainer.policy, trainer.tok, trainer.backend, questions, {}, model_dir=trainer.actor.model.model_dir)
+    try:
+        assert cfg.rollout.engine == "vllm" and hf.cfg.rollout.engine == "hf"
+        assert not isinstance(hf.actor.model, VllmEngine) and hf.keep_layer == frozen_layers(trainer.policy, 8)
+        with hf.rollout_amp():  # as Trainer.step rolls out
+            trajs = hf.episodes.rollout(hf.actor.model, questions[:1] * 2, generator=torch.Generator().manual_seed(0),
+                                        engine=hf.cfg.rollout, capture_layer=hf.keep_layer)  # fmt: skip
+        assert all(t.hidden is not None and len(t.hidden) == len(t.input_ids) - 1 for t in trajs)
+    finally:
+        hf.actor.close()
 
 
 def test_a_missing_vllm_install_is_one_line_that_says_how_to_fix_it(real, tmp_path):

@@ -71,6 +71,8 @@ def mean_of(values: Sequence[float | None]) -> float | None:
 class Trainer:
     def __init__(self, cfg: Config, policy, tokenizer, backend, train_qs, eval_sets: dict[str, list[Question]],
                  model_dir: Path | None = None):  # fmt: skip
+        if cfg.train.rollout_engine:  # the trainer's own engine; evaluation and serving keep rollout.engine
+            cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"engine": cfg.train.rollout_engine})})
         self.cfg, self.tc = cfg, cfg.train
         self.policy, self.tok, self.backend = policy, tokenizer, backend
         self.device = next(policy.parameters()).device
