@@ -118,11 +118,13 @@ def engine_run(cfg, model, tok, questions, group: int, seed: int = 0) -> dict:
 
 
 def update_flops(trainer, trajs) -> float:
-    """A floor on the update's FLOPs (attention scores left out): every token through the frozen layers forward, the
-    trained layers forward and backward (x3), and the output head forward and backward at the action tokens."""
+    """A floor on the update's FLOPs (attention scores left out): every token through the frozen layers forward (unless
+    the rollout kept their output), the trained layers forward and backward (x3), and the output head forward and
+    backward at the action tokens."""
     model, dec = trainer.policy, trainer.policy.base_model
     trained = {id(p) for p in trainer.trainable}
-    body = sum(p.numel() for n, p in dec.named_parameters() if "embed_tokens" not in n)
+    kept = {id(p) for layer in dec.layers[: trainer.keep_layer or 0] for p in layer.parameters()}  # the rollout's output
+    body = sum(p.numel() for n, p in dec.named_parameters() if "embed_tokens" not in n and id(p) not in kept)
     body_trained = sum(p.numel() for n, p in dec.named_parameters() if "embed_tokens" not in n and id(p) in trained)
     head = model.get_output_embeddings().weight.numel()
     tokens = sum(len(t.input_ids) for t in trajs)
@@ -143,7 +145,7 @@ def rl_step(cfg, questions, group: int) -> dict:
     # the update's matmuls are prefill-shaped: their ceiling is a wide GEMM at the trainer's precision
     gflops, _ = gemm_ceiling(policy, 2048, torch.bfloat16 if uses_autocast(cfg, policy.device) else torch.float32)
     floor_s = update_flops(trainer, trajs) / (gflops * 1e9)
-    return {"engine": cfg.rollout.engine, "rollout_s": metrics["rollout_s"], "update_s": metrics["update_s"],
+    return {"engine": trainer.cfg.rollout.engine, "rollout_s": metrics["rollout_s"], "update_s": metrics["update_s"],
             "step_s": metrics["rollout_s"] + metrics["update_s"], "update_tok_s": tokens / metrics["update_s"],
             "update_gflop": update_flops(trainer, trajs) / 1e9, "update_gemm_gflops": gflops,
             "update_floor_s": floor_s}  # fmt: skip
@@ -233,7 +235,7 @@ def main() -> None:
     ap.add_argument("--tiny-params", nargs="*", default=[], help="key=value overrides of the tiny run")
     ap.add_argument("--models", nargs="+", default=["real", "qwen", "tiny"])
     ap.add_argument("--engines", nargs="+", default=["vllm", "hf"], choices=["vllm", "hf"])
-    ap.add_argument("--batches", type=int, nargs="+", default=[16, 64, 128])
+    ap.add_argument("--batches", type=int, nargs="*", default=[16, 64, 128], help="episodes a rollout (none: the RL step alone)")
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--rl-questions", type=int, default=8, help="questions of the timed RL step (0: none)")
     ap.add_argument("--threads", type=int, default=2)
