@@ -23,7 +23,7 @@ from components.data.prepare import read_questions
 from components.evaluation.evaluate import SYSTEMS
 from components.retrieval.factory import make_backend
 from components.rollout.engine import RolloutStats
-from components.rollout.evaluate import evaluate_agent, summarize
+from components.evaluation.agent_eval import evaluate_agent, summarize
 from components.evaluation.machine import cpu_line  # noqa: E402
 
 

@@ -24,7 +24,7 @@ from components.env import apply_defaults
 from components.data.synthetic import generate_world
 from components.model.tiny import build_model, build_tokenizer
 from components.retrieval.embedded import EmbeddedBackend
-from components.rollout.evaluate import evaluate_agent
+from components.evaluation.agent_eval import evaluate_agent
 from components.rollout.traces import from_result
 from components.tracking.traces import write_traces
 from components.evaluation.machine import cpu_line  # noqa: E402

@@ -139,7 +139,7 @@ def run_variant(prepared: Path, work: Path, over: dict) -> dict:
 def rollout_fingerprint(prepared: Path) -> dict:
     """The rollout engine outside training: greedy evaluation in every mode (several batches), and sampled
     episodes cut by max_total_tokens with a chunked prefill."""
-    import components.rollout.evaluate as ev
+    import components.evaluation.agent_eval as ev
     from components.data.prepare import read_questions
     from components.model.loading import load_model
     from components.retrieval.factory import make_backend

@@ -12,7 +12,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
 from components.evaluation.html_report import render
-from components.rollout.evaluate import AgentResult
+from components.evaluation.agent_eval import AgentResult
 from tests.browser import screenshot
 from tests.conftest import START_CWD
 from tests.evaluated_project import SETS, SYSTEMS, TRACES

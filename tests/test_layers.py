@@ -16,9 +16,10 @@ LAYERS: list[set[str]] = [
     {"data", "tracking"},  # records and their Parquet files; MLflow runs, registry and alias moves
     {"retrieval"},  # search backends over passages
     {"agent"},  # tools, ToolEnv, the tool-call syntax, rewards
-    {"rollout"},  # chat format, multi-turn generation, trajectories, agent evaluation
+    {"rollout"},  # chat format, episode set-up, multi-turn generation, trajectories
     {"model"},  # model sources, the tiny model and its priming, the format warm-up
-    {"rl", "evaluation", "validation", "serving"},  # the local trainer; EM/F1 report; GX suites; ask, pyfunc agent
+    {"evaluation"},  # the agent and its baselines scored; the evaluate stage and its EM/F1 report
+    {"rl", "validation", "serving"},  # the local trainer; GX suites; ask, pyfunc agent
     {"registry"},  # the register stage: the pyfunc version, its evidence, the champion decision
     {"verl_backend"},  # verl on Ray + vLLM (uses rl's estimator table)
     {"training", "stages"},  # stage functions and the stage table
@@ -165,9 +166,10 @@ def test_the_rules_catch_a_violation(tmp_path):
     (root / "components" / "cli.py").write_text("def f():\n    from flows.pipeline import pipeline\n")
     (root / "flows" / "pipeline.py").write_text("from components import cli\n")
     assert violations(root) == [
-        "components/cli.py:2: components.cli (cli) imports flows.pipeline (flows): layer 14 is not below layer 13",
+        f"components/cli.py:2: components.cli (cli) imports flows.pipeline (flows): layer {RANK['flows']} is not "
+        f"below layer {RANK['cli']}",
         "components/config.py:2: components.config (config) imports components.verl_backend.config (verl_backend): "
-        "layer 10 is not below layer 1",
+        f"layer {RANK['verl_backend']} is not below layer {RANK['config']}",
     ]
 
 

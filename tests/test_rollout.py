@@ -87,7 +87,7 @@ def test_stats_and_determinism(trajs, toy):
 
 
 def test_greedy_prefill_baseline(toy):
-    from components.rollout.evaluate import evaluate_agent
+    from components.evaluation.agent_eval import evaluate_agent
 
     qs = toy.world.questions("dev")[:5]
     for mode in ("agent", "direct", "naive_rag"):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import components.rollout.episode_setup as episode_setup
-import components.rollout.evaluate as ev
+import components.evaluation.agent_eval as ev
 from components.config import AgentConfig
 from tests.toy import make_toy
 from components.rollout.answers import plain_answer

@@ -11,7 +11,7 @@ from components.retrieval.embedded import EmbeddedBackend
 from components.rollout.chat import ChatFormat
 from components.rollout.engine import rollout
 from components.rollout.episode_setup import make_env
-from components.rollout.evaluate import evaluate_agent, summarize
+from components.evaluation.agent_eval import evaluate_agent, summarize
 from tests.real_tokenizer import bigram_model, smollm2_tokenizer
 
 IM_START, IM_END, NEWLINE = 1, 2, 198

@@ -25,7 +25,7 @@ from components.rl.losses import policy_logprobs
 from components.rl.train import Trainer
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.episode_setup import searched_prompts
-from components.rollout.evaluate import evaluate_agent
+from components.evaluation.agent_eval import evaluate_agent
 from components.rollout.vllm_engine import VllmEngine, VllmError, vllm_python
 from components.serving.agent import run_episodes
 from components.serving.batcher import Cancelled

@@ -61,7 +61,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 def evaluate(cfg, system: str, model, tok, qs, backend) -> dict:
     from components.model.loading import rollout_autocast
     from components.rollout.engine import RolloutStats
-    from components.rollout.evaluate import evaluate_agent, summarize
+    from components.evaluation.agent_eval import evaluate_agent, summarize
 
     mode = SYSTEMS[system][1]
     stats = RolloutStats()

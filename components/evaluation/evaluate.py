@@ -32,7 +32,7 @@ from components.evaluation.report import em_table, flatten, put
 from components.io import write_json, write_text
 from components.model.loading import load_generator, rollout_autocast
 from components.retrieval.factory import make_backend
-from components.rollout.evaluate import AgentResult, evaluate_agent, summarize
+from components.evaluation.agent_eval import AgentResult, evaluate_agent, summarize
 from components.rollout.traces import from_result
 from components.rollout.vllm_engine import VllmEngine
 from components.secrets import redact_params

@@ -45,7 +45,7 @@ from components.rollout.chat import ChatFormat
 from components.rollout.content import content_entropy
 from components.rollout.engine import RolloutStats
 from components.rollout.episode_setup import EpisodeSetup
-from components.rollout.evaluate import transcript
+from components.rollout.trajectory import transcript
 
 FUNCTION_WORDS = frozenset(
     "a an the of in on at to for by with from and or is was are were be been who whom whose what which when where "
@@ -244,7 +244,7 @@ def probe(model, episodes: EpisodeSetup, questions: Sequence[Question], cfg: Con
         trajs = episodes.rollout(model, group, temperature=cfg.train.temperature, generator=gen, stats=stats)
     eps = [t.episode for t in trajs]
     if shown is not None:
-        shown += [transcript(t, chat) for t in trajs[:: cfg.model.warmup.probe_samples]]
+        shown += [transcript(t) for t in trajs[:: cfg.model.warmup.probe_samples]]
     n, calls = len(eps), sum(e.n_calls for e in eps)
     return {
         "em": sum(e.em for e in eps) / n,

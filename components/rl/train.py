@@ -24,6 +24,7 @@ from components import artifacts
 from components.config import Config
 from components.data.prepare import read_questions
 from components.data.schema import Question
+from components.evaluation.agent_eval import evaluate_agent, summarize
 from components.io import atomic_path
 from components.model.loading import RolloutWeights, autocast, freeze_below, load_model, pick_device
 from components.model.top_layers import frozen_layers
@@ -37,7 +38,7 @@ from components.rl.update import update as rl_update
 from components.rollout.content import content_entropy
 from components.rollout.engine import RolloutStats
 from components.rollout.episode_setup import episode_setup
-from components.rollout.evaluate import evaluate_agent, summarize, transcript
+from components.rollout.trajectory import transcript
 from components.rollout.traces import train_traces
 
 SYNTHETIC, COUNTERFACTUAL = "synthetic", "synthetic_cf"
@@ -237,7 +238,7 @@ def _train(cfg: Config, tracker, trainer: Trainer) -> dict[str, float]:
             log.log_traces(n, train_traces(cfg, trajs, n))  # a few of this step's episodes as MLflow traces
             log.dev_em(n, final_eval.get(target_key), tc.target_em)
         if n % tc.log_trajectories_every == 0 or n == 1:
-            text = "\n\n".join(transcript(t, trainer.chat) for t in trajs[:: tc.group_size][:4])
+            text = "\n\n".join(transcript(t) for t in trajs[:: tc.group_size][:4])
             tracker.log_text(text, f"trajectories/step_{n:06d}.txt")
         metrics["step_s"] = time.perf_counter() - t0
         log.record(n, metrics)

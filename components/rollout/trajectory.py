@@ -38,3 +38,17 @@ class Trajectory:
 
     def last_action_index(self) -> int:
         return max(i for i, m in enumerate(self.action_mask) if m)
+
+
+def transcript(t: Trajectory) -> str:
+    """Readable trajectory: the question, each call, each observation, the answer and the rewards."""
+    ep = t.episode
+    lines = [f"Q: {ep.question.question}  (gold: {' | '.join(ep.question.answers)})"]
+    if ep.first_search is not None:  # the environment's own search, shown in the prompt
+        lines.append(f"{'search*':>9}: {ep.question.question}")
+        lines.append(f"{'tool':>9}: {ep.first_search}".replace("\n", "\n           "))
+    for role, text in ep.log[1:]:
+        lines.append(f"{role:>9}: {text}".replace("\n", "\n           "))
+    lines.append(f"   answer: {ep.answer!r}  EM={ep.em:.0f} F1={ep.f1:.2f}  outcome={ep.outcome:+.2f}  "
+                 f"process={sum(ep.process_rewards):+.2f}")  # fmt: skip
+    return "\n".join(lines)

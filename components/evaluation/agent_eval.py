@@ -1,9 +1,9 @@
-"""Run the agent greedily on questions and score it; plus the baselines the evaluate stage compares against.
+"""The agent and its baselines, run greedily on questions and scored (the evaluate stage and the trainer's held-out EM).
 
 Modes: "agent" (multi-turn with tools; use the base model for "tools, no RL"), "direct" (no retrieval: the
 answer tag is prefilled), "naive_rag" (one search with the question as the query, shown as the observation of a
-completed call, or in the question turn with `naive_rag="question_turn"`; then the answer tag is prefilled). Baselines are scored on plain generation (components.rollout.answers),
-the agent on its strict answer tag.
+completed call, or in the question turn with `naive_rag="question_turn"`; then the answer tag is prefilled).
+Baselines are scored on plain generation (components.rollout.answers), the agent on its strict answer tag.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from components.rollout.engine import RolloutStats
 from components.rollout.episode_setup import NaiveRag, episode_setup, searched_prompts
 from components.rollout.progress import GenerationProgress
 from components.rollout.steps import episode_steps
-from components.rollout.trajectory import Trajectory
+from components.rollout.trajectory import Trajectory, transcript
 
 Mode = Literal["agent", "direct", "naive_rag"]
 
@@ -50,20 +50,6 @@ class AgentResult:
     outcome: float = 0.0  # the episode's outcome reward
     process: float = 0.0  # the sum of its process rewards
     steps: list[dict] = field(default_factory=list, compare=False)  # turns and tool calls with wall-clock times (rollout.steps)
-
-
-def transcript(t: Trajectory, chat: ChatFormat) -> str:
-    """Readable trajectory: the question, each call, each observation, the answer and the rewards."""
-    ep = t.episode
-    lines = [f"Q: {ep.question.question}  (gold: {' | '.join(ep.question.answers)})"]
-    if ep.first_search is not None:  # the environment's own search, shown in the prompt
-        lines.append(f"{'search*':>9}: {ep.question.question}")
-        lines.append(f"{'tool':>9}: {ep.first_search}".replace("\n", "\n           "))
-    for role, text in ep.log[1:]:
-        lines.append(f"{role:>9}: {text}".replace("\n", "\n           "))
-    lines.append(f"   answer: {ep.answer!r}  EM={ep.em:.0f} F1={ep.f1:.2f}  outcome={ep.outcome:+.2f}  "
-                 f"process={sum(ep.process_rewards):+.2f}")  # fmt: skip
-    return "\n".join(lines)
 
 
 def evaluate_agent(
@@ -121,7 +107,7 @@ def _result(t: Trajectory, chat: ChatFormat, plain: bool) -> AgentResult:
     if plain:
         turns = [text for role, text in ep.log if role == "assistant"]
         prediction = plain_answer(turns[-1], chat.stop_texts) if turns else None
-    text = transcript(t, chat)
+    text = transcript(t)
     if plain:
         text += f"\n    plain: {prediction!r}  EM={exact_match(prediction, gold):.0f} F1={f1(prediction, gold):.2f}"
     return AgentResult(ep.question.id, ep.question.dataset, ep.question.question, gold, prediction, ep.turns,
