@@ -49,8 +49,8 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from components.rl.checkpoint import CheckpointError
     from components.rollout.vllm_engine import VllmError
     from components.serving.ask import AskError
-    from components.tracking.promote import PromotionError
-    from components.tracking.registration import RegistrationError
+    from components.registry.promote import PromotionError
+    from components.registry.registration import RegistrationError
     from components.tracking.runs import TrackingError
 
     errors: list[type[BaseException]] = [ConfigError, DataError, ModelSourceError, SearchError, FileNotFoundError,
@@ -194,7 +194,7 @@ def ask(
 def _move(action: str, params: Path, sets: list[str] | None, **kwargs) -> None:
     apply_defaults()
     from components.config import load_config
-    from components.tracking import promote as moves
+    from components.registry import promote as moves
 
     try:
         move = getattr(moves, action)(load_config(params, _overrides(sets)), **kwargs)

@@ -143,7 +143,7 @@ def test_registered_model_on_a_full_disk(small_disk, mlflow_uri, tmp_path):
     from components.cli import app
     from components.config import parse_config
     from components.registry import register
-    from components.tracking.registration import local_dir
+    from components.registry.registration import local_dir
     from components.tracking.runs import stage_run
     from tests.tiny_hf import train_and_eval
 

@@ -9,7 +9,7 @@ import pytest
 from components.config import parse_config
 from components.registry import register
 from components.registry.gate import judge
-from components.tracking.promote import current_champion, rollback
+from components.registry.promote import current_champion, rollback
 from components.tracking.runs import stage_run
 from tests.tiny_hf import train_and_eval
 

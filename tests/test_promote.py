@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from components.cli import app
 from components.config import parse_config
-from components.tracking.promote import HISTORY_TAG, PromotionError, promote, rollback
+from components.registry.promote import HISTORY_TAG, PromotionError, promote, rollback
 
 NAME = "agentr1-search-agent"
 

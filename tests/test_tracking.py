@@ -222,8 +222,8 @@ def test_killed_registrations_are_cleaned_up_and_never_champion(mlflow_uri, tmp_
     the half-registered version cannot be promoted, and the next register run removes both leftovers."""
     from mlflow.entities import LoggedModelStatus
 
-    from components.tracking.promote import PromotionError, promote
-    from components.tracking.registration import REGISTRATION_TAG, local_dir
+    from components.registry.promote import PromotionError, promote
+    from components.registry.registration import REGISTRATION_TAG, local_dir
 
     cfg = _cfg(tmp_path)
     client = mlflow.MlflowClient()
@@ -275,7 +275,7 @@ def test_a_model_stored_incomplete_is_not_registered(mlflow_uri, tmp_path, monke
 
     from mlflow.entities import LoggedModelStatus
 
-    from components.tracking.registration import RegistrationError
+    from components.registry.registration import RegistrationError
 
     cfg = _cfg(tmp_path)
     client = mlflow.MlflowClient()

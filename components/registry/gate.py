@@ -4,14 +4,14 @@ on `registry.metric` (one metric on one eval set),
   - each of `registry.baselines` evaluated on the same set (`baseline/<system>/<metric>` in eval.json), by any margin.
 A baseline the evaluation lacks does not block; it is recorded as "not evaluated". Each comparison is recorded on the
 version as a `gate.vs_<other>` tag, "<version's value> vs <other's value>: <verdict>", and the reason as
-`evidence.decision` (register.py). `agentr1 promote` moves the alias by hand, past this gate (tracking/promote.py)."""
+`evidence.decision` (register.py). `agentr1 promote` moves the alias by hand, past this gate (registry/promote.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from components.config import RegisterConfig
-from components.tracking.promote import current_champion
+from components.registry.promote import current_champion
 
 TAG = "gate"  # tag prefix on the model version: gate.vs_champion, gate.vs_<baseline>
 BEATS, LOSES = "beats", "does not beat"

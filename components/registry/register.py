@@ -17,8 +17,8 @@ from components.io import disk_full, free_space, full_at, out_of_space, sha256_o
 from components.registry.gate import champion, judge
 from components.serving.agent import model_corpus
 from components.serving.pyfunc import about_model, log_agent_model
-from components.tracking.promote import move_champion
-from components.tracking.registration import (COMPLETE, PENDING, REGISTRATION_TAG, RegistrationError,
+from components.registry.promote import move_champion
+from components.registry.registration import (COMPLETE, PENDING, REGISTRATION_TAG, RegistrationError,
                                               discard_logged_model, local_dir, missing_files, recover, registry_lock)  # fmt: skip
 from components.tracking.runs import STAGE_TAG, tracking_uri
 from components.tracking.tracker import NullTracker, metric_key

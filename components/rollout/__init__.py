@@ -1,1 +1,1 @@
-"""Batched multi-turn generation: the chat format, trajectories with the action mask, agent evaluation."""
+"""Batched multi-turn generation: the chat format, the episode set-up, trajectories with the action mask."""

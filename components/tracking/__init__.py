@@ -1,1 +1,1 @@
-"""MLflow: runs per stage under one parent per pipeline run, logged models, traces, champion moves."""
+"""MLflow: runs per stage under one parent per pipeline run, logged models, traces, store locks."""

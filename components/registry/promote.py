@@ -65,8 +65,8 @@ def _record(client, cfg: Config, move: Move) -> None:
 
 def move_champion(client, cfg: Config, new_version: str, action: str, reason: str, user: str | None = None) -> Move:
     """Point the alias at `new_version`, remember the old champion for rollback, and tag the move on the version.
-    A version whose registration has not finished (tracking/registration.py) is refused."""
-    from components.tracking.registration import PENDING, REGISTRATION_TAG
+    A version whose registration has not finished (registry/registration.py) is refused."""
+    from components.registry.registration import PENDING, REGISTRATION_TAG
 
     name, alias = cfg.registry.model_name, cfg.registry.alias
     if client.get_model_version(name, str(new_version)).tags.get(REGISTRATION_TAG) == PENDING:
