@@ -151,7 +151,7 @@ def compare(ref: dict, got: dict) -> list[str]:
 
 def primed_art(cache: Path) -> Path:
     import components.data.prepare as prepare
-    import components.model.base_model as base_model
+    import components.base_model.base_model as base_model
     import components.retrieval.index as index
     from components.config import parse_config
     from components.tracking.tracker import NullTracker

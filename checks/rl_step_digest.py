@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 import components.data.prepare as prepare
-import components.model.base_model as base_model
+import components.base_model.base_model as base_model
 import components.retrieval.index as index
 from components import artifacts
 from components.config import parse_config

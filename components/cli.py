@@ -43,7 +43,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from components.config import ConfigError
     from components.data.schema import DataError
     from components.io import DiskFull
-    from components.model.source import ModelSourceError
+    from components.base_model.source import ModelSourceError
     from components.retrieval.base import SearchError
 
     from components.rl.checkpoint import CheckpointError

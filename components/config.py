@@ -262,7 +262,7 @@ class AgentConfig(Section):
 
 
 class PrimingConfig(Section):
-    """The tiny model's format priming (components/model/priming.py): phase 1 on first turns, phase 2 on whole
+    """The tiny model's format priming (components/base_model/priming.py): phase 1 on first turns, phase 2 on whole
     transcripts, each until its probe passes or its step cap."""
 
     first_turn_steps: int = Field(default=1500, ge=0, description="cap of phase 1 (first turns only)")
@@ -329,7 +329,7 @@ class ModelPart(Section):
 
 
 class WarmupConfig(Section):
-    """Format warm-up of a real model (components/model/warmup.py): format tokens only; no gold answer or supporting
+    """Format warm-up of a real model (components/base_model/warmup.py): format tokens only; no gold answer or supporting
     title is shown. It stops when a probe passes the rate thresholds, or falls below the entropy floor, or at the cap."""
 
     steps: int = Field(default=0, ge=0, description="step cap of the format warm-up; 0 = no warm-up")
@@ -354,7 +354,7 @@ class WarmupConfig(Section):
         default=0.0, ge=0, description="entropy floor (nats, at train.temperature) where content tokens (queries, "
         "answers) are predicted in held-out transcripts: a probe below it ends the warm-up with the last weights above it",
     )  # fmt: skip
-    # Cold start (components/model/cold_start.py): SFT on the train questions' gold-path transcripts, before the
+    # Cold start (components/base_model/cold_start.py): SFT on the train questions' gold-path transcripts, before the
     # format warm-up; it shares the warm-up's batch sizes and probe questions (held out from it).
     cold_start_steps: int = Field(
         default=0, ge=0, description="SFT steps on gold-path transcripts of train questions before the format warm-up; 0 = off"

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import components.data.prepare as prepare
-import components.model.base_model as base_model
+import components.base_model.base_model as base_model
 import components.retrieval.index as index
 from components.config import Config, load_config
 from components.stages import run_stage

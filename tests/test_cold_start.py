@@ -1,4 +1,4 @@
-"""The cold start (components/model/cold_start.py) on the shipped data with Qwen2.5's real tokenizer and chat
+"""The cold start (components/base_model/cold_start.py) on the shipped data with Qwen2.5's real tokenizer and chat
 template: transcripts walk each train question's gold path through the real environment and retriever, every model
 turn parses as a search call or an answer, the action mask covers exactly the model's turns, no dev question,
 answer or passage shows; the SFT on them and its place in the base_model stage's warm-up."""
@@ -17,9 +17,9 @@ from components.config import load_config
 from components.data.prepare import load_all, write_passages, write_questions
 from components.data.schema import Passage, Question
 from components.io import write_json
-from components.model import cold_start
-from components.model.base_model import warm_up_real
-from components.model.source import SOURCE_FILE
+from components.base_model import cold_start
+from components.base_model.base_model import warm_up_real
+from components.base_model.source import SOURCE_FILE
 from components.retrieval.embedded import EmbeddedBackend
 from components.rollout.chat import ChatFormat
 from components.tracking.tracker import NullTracker

@@ -10,7 +10,7 @@ import torch
 
 from components.config import parse_config
 from components.data import prepare
-from components.model import base_model
+from components.base_model import base_model
 from components.retrieval import index
 from components.rl import train
 from components.tracking.tracker import NullTracker

@@ -17,8 +17,8 @@ LAYERS: list[set[str]] = [
     {"retrieval"},  # search backends over passages
     {"agent"},  # tools, ToolEnv, the tool-call syntax, rewards
     {"rollout"},  # chat format, episode set-up, multi-turn generation, trajectories
-    {"model"},  # model sources, the tiny model and its priming, the format warm-up
-    {"evaluation"},  # the agent and its baselines scored; the evaluate stage and its EM/F1 report
+    {"model"},  # loading, attention, the frozen top layers, the tiny model
+    {"base_model", "evaluation"},  # the base_model stage (sources, priming, warm-up); agent and baselines scored
     {"rl", "validation", "serving"},  # the local trainer; GX suites; ask, pyfunc agent
     {"registry"},  # the register stage: the pyfunc version, its evidence, the champion decision
     {"verl_backend"},  # verl on Ray + vLLM (uses rl's estimator table)

@@ -87,7 +87,7 @@ def learn(artifacts_dir: Path, prime: bool = False) -> dict:
     prepare.run(cfg, NullTracker())
     index.run(cfg, NullTracker())
     if prime:
-        import components.model.base_model as base_model
+        import components.base_model.base_model as base_model
 
         base_model.run(cfg, NullTracker())
     else:

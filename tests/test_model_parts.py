@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from components.config import ConfigError, ModelConfig, parse_config
-from components.model.parts import PartError, join, wheel_dir
-from components.model.source import ModelSourceError, materialise
+from components.base_model.parts import PartError, join, wheel_dir
+from components.base_model.source import ModelSourceError, materialise
 
 N_PARTS = 3
 

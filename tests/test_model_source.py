@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from components.config import ConfigError, ModelConfig, parse_config
-from components.model import base_model
+from components.base_model import base_model
 from components.io import sha256_of
-from components.model.source import SOURCE_FILE, ModelSourceError, materialise, resolve_source
+from components.base_model.source import SOURCE_FILE, ModelSourceError, materialise, resolve_source
 from components.tracking.tracker import NullTracker
 from tests.tiny_hf import save_tiny_hf_model
 
@@ -98,7 +98,7 @@ def test_gguf_control_and_user_defined_tokens_become_added_tokens(tmp_path):
     only eos/bos/pad as added tokens, so "</tool_call>" would encode to 4 pieces instead of the model's one id."""
     import gguf
 
-    from components.model.source import gguf_added_tokens, read_gguf, restore_added_tokens
+    from components.base_model.source import gguf_added_tokens, read_gguf, restore_added_tokens
     from tests.real_tokenizer import smollm2_tokenizer
 
     path = tmp_path / "tokens.gguf"
@@ -124,7 +124,7 @@ def test_tokens_the_model_never_learned_to_write_stay_ordinary_text(tmp_path):
     model could neither write nor read it. A token whose row copies another's is left to encode as pieces."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from components.model.source import restore_added_tokens, untrained_tokens
+    from components.base_model.source import restore_added_tokens, untrained_tokens
     from tests.real_tokenizer import smollm2_tokenizer
 
     tok = smollm2_tokenizer(tmp_path / "tok")

@@ -10,8 +10,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from components.agent.prompts import render_tool_turn
 from components.config import parse_config
 from components.data.synthetic import words
-from components.model import base_model
-from components.model.priming import PrimeResult, Sequence_, lm_step, make_transcripts, prime, probe
+from components.base_model import base_model
+from components.base_model.priming import PrimeResult, Sequence_, lm_step, make_transcripts, prime, probe
 from components.config import PrimingConfig
 from components.model.tiny import CALL_CLOSE, CALL_OPEN
 from tests.toy import make_toy

@@ -16,7 +16,7 @@ from components.config import load_config
 from components.data.loaders import LOADERS
 from components.data.passages import PassageTable
 from components.model.loading import load_model
-from components.model.source import SOURCE_FILE, materialise
+from components.base_model.source import SOURCE_FILE, materialise
 from components.retrieval.factory import make_backend
 from components.rl.batch import collate
 from components.rl.losses import policy_logprobs
@@ -39,7 +39,7 @@ from pathlib import Path
 from components.env import apply_defaults
 apply_defaults()
 from components.config import load_config
-from components.model.source import materialise
+from components.base_model.source import materialise
 materialise(load_config(sys.argv[1], json.loads(sys.argv[2])).model, Path(sys.argv[3]))
 """
 

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos
 
 import components.data.prepare as prepare
-import components.model.base_model as base_model
+import components.base_model.base_model as base_model
 import components.retrieval.index as index
 from components.config import parse_config
 from components.rl import checkpoint as ckpt

@@ -17,7 +17,7 @@ from components.config import load_config
 from components.data.loaders import LOADERS
 from components.data.passages import PassageTable
 from components.model.loading import RolloutWeights, load_model
-from components.model.source import materialise
+from components.base_model.source import materialise
 from components.model.top_layers import frozen_layers
 from components.retrieval.factory import make_backend
 from components.rl.batch import collate

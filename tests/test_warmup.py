@@ -1,4 +1,4 @@
-"""The real model's format warm-up (components/model/warmup.py) on the shipped data, with SmolLM2's real tokenizer
+"""The real model's format warm-up (components/base_model/warmup.py) on the shipped data, with SmolLM2's real tokenizer
 and chat template: no transcript shows a gold answer or a gold supporting title beyond the names the question
 itself contains, only format tokens are targets, transcripts have 1 to max_turns - 1 searches; and the measured
 stop (probes of sampled episodes through the real rollout) on a small random model with SmolLM2's vocabulary."""
@@ -19,7 +19,7 @@ from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, call_text
 from components.agent.prompts import SYSTEM_PROMPT
 from components.config import load_config
 from components.data.prepare import load_all
-from components.model import warmup
+from components.base_model import warmup
 from components.retrieval.embedded import EmbeddedBackend
 from components.rollout.chat import ChatFormat
 from components.rollout.episode_setup import episode_setup

@@ -1,4 +1,4 @@
-"""A throwaway Hugging Face model dir for tracking tests (the real tiny model comes from components.model)."""
+"""A throwaway Hugging Face model dir for tracking tests (the real tiny model comes from components.model.tiny)."""
 
 from pathlib import Path
 

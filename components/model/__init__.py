@@ -1,1 +1,1 @@
-"""Model sources, the tiny CPU-profile model and its format priming, the format warm-up, loading."""
+"""Model code below the stages: loading and precision, attention, the frozen top layers, the tiny Qwen2."""

@@ -1,6 +1,6 @@
 """The base_model stage: artifacts/models/base/ as one kind of directory (safetensors + tokenizer with a pad token).
 
-A real model is converted from its source (components/model/source.py); the CPU profile ("tiny") builds the tiny
+A real model is converted from its source (components/base_model/source.py); the CPU profile ("tiny") builds the tiny
 Qwen2 model and tokenizer from the prepared synthetic data and primes its format.
 """
 
@@ -23,10 +23,10 @@ from components.data.prepare import read_passages, read_questions
 from components.data.schema import Question
 from components.data.synthetic import COUNTERFACTUAL, FACTUAL, RELATIONS, question_text, words
 from components.io import atomic_path
-from components.model import cold_start, warmup
+from components.base_model import cold_start, warmup
 from components.model.loading import RolloutWeights, autocast, load_model, pick_device
-from components.model.priming import corpus_chunks, make_transcripts, prime
-from components.model.source import SOURCE_FILE, materialise
+from components.base_model.priming import corpus_chunks, make_transcripts, prime
+from components.base_model.source import SOURCE_FILE, materialise
 from components.model.tiny import build_model, build_tokenizer
 from components.retrieval.embedded import EmbeddedBackend
 from components.retrieval.factory import make_backend
@@ -99,7 +99,7 @@ def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]
 def _format_warm_up(model, actor: RolloutWeights | None, episodes: EpisodeSetup, backend, questions: list[Question],
                     probe_qs: list[Question], titles: dict[str, str], cfg: Config, rng: random.Random,
                     tracker) -> dict[str, float]:  # fmt: skip
-    """The format warm-up (components/model/warmup.py) on `questions`, probed on `probe_qs` (on `actor`'s vLLM
+    """The format warm-up (components/base_model/warmup.py) on `questions`, probed on `probe_qs` (on `actor`'s vLLM
     process when there is one)."""
     chat = episodes.chat
     data = [t.seq for t in warmup.transcripts(questions, backend, chat, cfg, titles, rng)]

@@ -3,7 +3,7 @@
 Sources (`model.name_or_path`, with `model.package` / `model.parts` / `model.sha256`):
   a GGUF inside a pinned pip package   name_or_path = the file's path in the package, package = "name==version"
   a GGUF split over pinned wheels      name_or_path = the joined file's name, parts = [{package, sha256, member}]
-                                       (downloaded and joined only when used: components/model/parts.py)
+                                       (downloaded and joined only when used: components/base_model/parts.py)
   a local .gguf file                   name_or_path = the file
   a local HF model directory           name_or_path = the directory
   a hub id                             name_or_path = e.g. Qwen/Qwen2.5-3B-Instruct (GPU nodes with the hub)
@@ -24,7 +24,7 @@ from components.agent.prompts import assistant_turn_suffix
 from components.config import ModelConfig
 from components.io import atomic_path, exclusive
 from components.io import sha256_of
-from components.model.parts import PartError, join, say
+from components.base_model.parts import PartError, join, say
 
 SOURCE_FILE = "source.json"  # written beside the weights: where they came from
 

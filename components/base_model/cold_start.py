@@ -35,8 +35,8 @@ from components.agent.parser import answer_text, call_text
 from components.config import Config
 from components.data.schema import Passage, Question
 from components.model.loading import autocast, freeze_below
-from components.model.priming import Sequence_, lm_step
-from components.model.warmup import _NAME, FUNCTION_WORDS, mentions
+from components.base_model.priming import Sequence_, lm_step
+from components.base_model.warmup import _NAME, FUNCTION_WORDS, mentions
 from components.retrieval.base import SearchBackend
 from components.rollout.chat import ChatFormat
 from components.rollout.episode_setup import EpisodeSetup, make_env

@@ -39,7 +39,7 @@ from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, call_text
 from components.config import Config
 from components.data.schema import Question
 from components.model.loading import autocast, freeze_below, rollout_autocast
-from components.model.priming import Sequence_, lm_step
+from components.base_model.priming import Sequence_, lm_step
 from components.retrieval.base import Hit, SearchBackend
 from components.rollout.chat import ChatFormat
 from components.rollout.content import content_entropy
