@@ -26,7 +26,7 @@ from components.model.tiny import build_model, build_tokenizer
 from components.retrieval.embedded import EmbeddedBackend
 from components.evaluation.agent_eval import evaluate_agent
 from components.rollout.traces import from_result
-from components.tracking.traces import write_traces
+from components.tracking.mlflow_traces import write_traces
 from components.evaluation.machine import cpu_line  # noqa: E402
 
 

@@ -32,7 +32,7 @@ STAGES: dict[str, Stage] = {
         Stage("prepare", "components.data.prepare", "Load the raw datasets in data/ (and the synthetic world) into questions/passages Parquet."),
         Stage("validate", "components.validation.validate", "Great Expectations suites over the prepared data; stops the pipeline on failure."),
         Stage("index", "components.retrieval.index", "Build one versioned search index per corpus (no-op when the corpus is unchanged)."),
-        Stage("retrieval_eval", "components.retrieval.evaluate", "Recall@k of supporting passages with the question as the query."),
+        Stage("retrieval_eval", "components.retrieval.recall", "Recall@k of supporting passages with the question as the query."),
         Stage("base_model", "components.base_model.base_model", "Resolve the base model; the CPU profile builds and format-primes a tiny Qwen2."),
         Stage("train", "components.training", "End-to-end RL of the search agent (local torch trainer, or verl on Ray + vLLM)."),
         Stage("evaluate", "components.evaluation.evaluate", "EM/F1 of the trained agent and the baselines, per dataset."),

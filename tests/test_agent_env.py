@@ -3,7 +3,7 @@ and passages that try to inject actions or turns (a poisoned corpus)."""
 
 import pytest
 
-from components.agent.env import ToolEnv
+from components.agent.tool_env import ToolEnv
 from components.agent.observation import escape
 from components.agent.parser import Answer, Malformed, ToolCall, parse_turn
 from components.agent.tools import SearchTool, tool_schema, validate_arguments

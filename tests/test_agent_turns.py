@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from components.agent.env import Episode
+from components.agent.tool_env import Episode
 from components.agent.turns import turns
 from components.data.schema import Question
 from components.rollout.steps import episode_steps

@@ -51,7 +51,7 @@ def test_each_stage_depends_on_what_it_imports_and_nothing_else():
         missed, extra = sorted(imported - listed), sorted(listed - imported)
         assert not missed and not extra, f"dvc.yaml {name}: deps miss {missed} and add {extra}"
     # A module only evaluate imports does not re-run train; the one register imports alone re-runs only register.
-    assert "components/evaluation/report.py" not in closure(STAGES["train"].module)
+    assert "components/evaluation/eval_json.py" not in closure(STAGES["train"].module)
     assert "components/registry/register.py" not in closure(STAGES["evaluate"].module)
 
 
@@ -119,8 +119,8 @@ def test_params_are_keys_and_every_profile_overlay_is_tracked_per_key():
 def test_dvc_repro_reruns_the_changed_stage_and_only_what_follows(built, tmp_path):
     project = built.copy(tmp_path / "p")  # built by the Prefect flow: DVC finds nothing to re-run
     assert ran(run(["dvc", "repro"], project).stdout) == []
-    # train once missed training.py; evaluate and register share report.py; register alone imports register.py.
-    for module, stage in [("components/training.py", "train"), ("components/evaluation/report.py", "evaluate"),
+    # train once missed training.py; evaluate and register share eval_json.py; register alone imports register.py.
+    for module, stage in [("components/training.py", "train"), ("components/evaluation/eval_json.py", "evaluate"),
                           ("components/registry/register.py", "register")]:  # fmt: skip
         touch(project, module)
         again = ran(run(["dvc", "repro"], project).stdout)

@@ -71,7 +71,7 @@ def test_flow_reproduces_through_dvc_only_what_changed(built, tmp_path, prefect_
     assert len(_mlflow_runs(project)) == len(runs) + 1  # only the new parent run
 
     # A module only retrieval_eval imports: that stage alone.
-    touch(project, "components/retrieval/evaluate.py")
+    touch(project, "components/retrieval/recall.py")
     out = run(flow, project, env=served)
     assert rerun(out.stdout + out.stderr) == ["retrieval_eval"]
     # A module validate imports: validate first, then at most what follows it.

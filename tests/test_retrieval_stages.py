@@ -10,7 +10,7 @@ from components.config import parse_config
 from components import artifacts
 from components.data.prepare import write_passages, write_questions
 from components.data.schema import Passage, Question
-from components.retrieval import evaluate, index
+from components.retrieval import index, recall
 from components.retrieval.factory import make_backend
 from components.tracking.tracker import NullTracker
 
@@ -77,19 +77,19 @@ def test_index_without_prepared_passages_names_the_file(cfg):
 
 def test_retrieval_eval_recall_values(cfg):
     index.run(cfg, NullTracker())
-    metrics = evaluate.run(cfg, NullTracker())
+    metrics = recall.run(cfg, NullTracker())
     assert metrics["questions/toy"] == 3 and metrics["questions/syn"] == 1
     assert metrics["recall@1/toy"] == pytest.approx((1 + 0.5 + 0) / 3)
     assert metrics["recall@5/toy"] == pytest.approx((1 + 0.5 + 0) / 3)
     assert metrics["recall@1/syn"] == pytest.approx(0.5)  # one of the two supporting passages first
     assert metrics["recall@5/syn"] == pytest.approx(1.0)
     assert metrics["recall@5/all"] == pytest.approx((1 + 0.5 + 0 + 1) / 4)
-    assert json.loads(evaluate.metrics_path(cfg).read_text()) == pytest.approx(metrics)
+    assert json.loads(recall.metrics_path(cfg).read_text()) == pytest.approx(metrics)
 
 
 def test_retrieval_eval_before_index_fails_clearly(cfg):
     from components.retrieval.base import SearchError
 
     with pytest.raises(SearchError, match="run the index stage"):
-        evaluate.run(cfg, NullTracker())
-    assert not evaluate.metrics_path(cfg).exists()
+        recall.run(cfg, NullTracker())
+    assert not recall.metrics_path(cfg).exists()

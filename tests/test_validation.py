@@ -80,7 +80,7 @@ BROKEN = [
 
 @pytest.mark.parametrize("name,mutate,suite,expectation,column,shown", BROKEN, ids=[b[0] for b in BROKEN])
 def test_each_broken_rule_fails_with_example_rows(name, mutate, suite, expectation, column, shown):
-    from components.validation.report import failure_message
+    from components.validation.results import failure_message
 
     outcome = validate_frames(*mutate(clean_questions(), clean_passages()), V)
     assert not outcome.success
@@ -238,7 +238,7 @@ def test_huge_value_is_cut_in_stderr_summary_and_data_docs(tmp_path):
 
 
 def test_bounded_cuts_every_string_and_keeps_the_rest():
-    from components.validation.report import bounded
+    from components.validation.results import bounded
 
     obj = {"a": ["x" * 500, ("y" * 10, 3)], "k" * 300: None, "n": 1.5}
     out = bounded(obj)

@@ -11,7 +11,7 @@ import pytest
 
 from components.config import VERL_ESTIMATOR, Algorithm, load_config
 from components.verl_backend import launch
-from components.verl_backend.config import VerlConfig
+from components.verl_backend.verl_config import VerlConfig
 from verl.trainer.ppo.utils import need_critic
 from tests.verl_fixtures import make_cfg, save_tiny_model
 

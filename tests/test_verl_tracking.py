@@ -71,7 +71,7 @@ def test_missing_checkpoint_is_named(tmp_path):
 
 
 def test_failed_training_run_is_a_launch_error_with_the_log_tail(mlflow_uri, tmp_path, monkeypatch):
-    from components.verl_backend.config import VerlConfig
+    from components.verl_backend.verl_config import VerlConfig
 
     cfg = make_cfg(tmp_path)
     artifacts.prepared(cfg).mkdir(parents=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from components.agent.env import Episode
+from components.agent.tool_env import Episode
 from components.agent.parser import ToolCall, parse_turn
 
 

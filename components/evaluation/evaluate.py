@@ -28,7 +28,7 @@ from components.config import Config, EvalSetSpec, flatten as flat_params
 from components.data.prepare import read_questions
 from components.data.schema import Question
 from components.evaluation.html_report import render
-from components.evaluation.report import em_table, flatten, put
+from components.evaluation.eval_json import em_table, flatten, put
 from components.io import write_json, write_text
 from components.model.loading import load_generator, rollout_autocast
 from components.retrieval.factory import make_backend

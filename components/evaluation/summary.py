@@ -6,7 +6,7 @@ import json
 
 from components import artifacts
 from components.config import Config
-from components.evaluation.report import em_table
+from components.evaluation.eval_json import em_table
 
 
 def render(cfg: Config) -> str:

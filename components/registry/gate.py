@@ -46,7 +46,7 @@ class Verdict:
 
 
 def baseline_key(system: str, metric: str) -> str:
-    """Where flattened eval.json (evaluation/report.py) keeps a baseline's value of `metric`."""
+    """Where flattened eval.json (evaluation/eval_json.py) keeps a baseline's value of `metric`."""
     return f"baseline/{system}/{metric}"
 
 

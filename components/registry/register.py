@@ -12,7 +12,7 @@ from pathlib import Path
 
 from components import artifacts
 from components.config import Config
-from components.evaluation.report import flatten
+from components.evaluation.eval_json import flatten
 from components.io import disk_full, free_space, full_at, out_of_space, sha256_of, size_of, write_json
 from components.registry.gate import champion, judge
 from components.serving.agent import model_corpus

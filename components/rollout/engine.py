@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from components.agent.env import ToolEnv
+from components.agent.tool_env import ToolEnv
 from components.config import AgentConfig, RolloutConfig
 from components.data.schema import Question
 from components.rollout.chat import ChatFormat

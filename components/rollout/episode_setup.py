@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from components.agent.env import ToolEnv
+from components.agent.tool_env import ToolEnv
 from components.agent.parser import call_text
 from components.agent.prompts import initial_messages, render_prompt
 from components.agent.tools import SearchTool

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from components.agent.env import StepResult, ToolEnv
+from components.agent.tool_env import StepResult, ToolEnv
 from components.config import AgentConfig
 from components.data.schema import Question
 from components.rollout.chat import ChatFormat

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from components.agent.env import ToolEnv
+from components.agent.tool_env import ToolEnv
 from components.config import AgentConfig
 from components.data.schema import Question
 from components.rollout.chat import ChatFormat

@@ -1,4 +1,4 @@
-"""Episodes as plain trace records (components.tracking.traces writes them to MLflow): from an evaluation
+"""Episodes as plain trace records (components.tracking.mlflow_traces writes them to MLflow): from an evaluation
 result or a training trajectory."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from components.agent.env import Episode
+from components.agent.tool_env import Episode
 
 
 @dataclass

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from components.agent.env import ToolEnv
+from components.agent.tool_env import ToolEnv
 from components.config import AgentConfig, RolloutConfig
 from components.data.schema import Question
 from components.rollout.chat import ChatFormat

@@ -30,7 +30,7 @@ class NullTracker:
     def set_tags(self, tags: dict[str, str]) -> None: ...
 
     def log_traces(self, episodes, session: str) -> None:
-        """Episodes (components.tracking.traces.EpisodeTrace) as MLflow traces of this run."""
+        """Episodes (components.tracking.mlflow_traces.EpisodeTrace) as MLflow traces of this run."""
 
     def trace_tags(self, key: str, value: str) -> list[dict[str, str]]:
         """The tags of every trace in this run's experiment that has tag `key` = `value`."""
@@ -95,7 +95,7 @@ class MlflowTracker(NullTracker):
             self._client.set_tag(self.run_id, k, v)
 
     def log_traces(self, episodes, session: str) -> None:
-        from components.tracking.traces import write_traces
+        from components.tracking.mlflow_traces import write_traces
 
         if episodes:
             self._require_active()  # traces link to the active run

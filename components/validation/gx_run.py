@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from components.validation.report import bound_results
+from components.validation.results import bound_results
 from components.validation.suites import SuiteSpec
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")

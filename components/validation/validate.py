@@ -23,7 +23,7 @@ from components.tracking.tracker import Tracker
 from components.validation.coverage import answer_coverage
 from components.validation.derive import PASSAGE_COLUMNS, QUESTION_COLUMNS, answers_frame, questions_frame
 from components.validation.gx_run import run_suites
-from components.validation.report import ValidationFailed, failure_message, suite_summary
+from components.validation.results import ValidationFailed, failure_message, suite_summary
 from components.validation.suites import all_suites
 
 __all__ = ["ValidationFailed", "Outcome", "validate_frames", "run"]

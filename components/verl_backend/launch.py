@@ -20,7 +20,7 @@ import yaml
 
 from components import artifacts
 from components.config import VERL_ESTIMATOR, Config
-from components.verl_backend.config import VerlConfig, verl_config
+from components.verl_backend.verl_config import VerlConfig, verl_config
 
 # These verl estimators sum token_level_rewards to one scalar per response before the baseline, so process
 # rewards only add to the episode total there: their position (which turn earned them) is lost.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from components.data.loaders import hf_hub, hotpotqa, kilt, musique, qa_only
-from components.data.loaders.base import Loader
+from components.data.loaders.common import Loader
 
 LOADERS: dict[str, Loader] = {
     "hotpotqa_hf": hotpotqa.load_hf,

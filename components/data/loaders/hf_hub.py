@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 from components.config import DatasetSpec
-from components.data.loaders.base import Questions
+from components.data.loaders.common import Questions
 from components.data.passages import PassageTable
 from components.data.reader import answers_of, need
 from components.data.schema import DataError, Question

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from components.config import DatasetSpec
-from components.data.loaders.base import Questions, add_paragraphs, add_titled_sentences
+from components.data.loaders.common import Questions, add_paragraphs, add_titled_sentences
 from components.data.passages import PassageTable
 from components.data.reader import answers_of, need, read_jsonl, read_records
 from components.data.schema import DataError, Question, cut

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from components.config import DatasetSpec
-from components.data.loaders.base import Questions, add_paragraphs
+from components.data.loaders.common import Questions, add_paragraphs
 from components.data.passages import PassageTable
 from components.data.reader import answers_of, need, read_records
 from components.data.schema import DataError, Question
