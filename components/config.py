@@ -799,7 +799,7 @@ def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-def flatten(cfg: Config) -> dict[str, str]:
+def flat_params(cfg: Config) -> dict[str, str]:
     """Dotted key -> string value, for MLflow params."""
     out: dict[str, str] = {}
 

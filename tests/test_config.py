@@ -4,13 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from components.config import ConfigError, flatten, load_config
+from components.config import ConfigError, flat_params, load_config
 
 
 def test_repo_params_load(repo_root):
     cfg = load_config(repo_root / "params.yaml")
     assert cfg.retrieval.backend in ("embedded", "elasticsearch")
-    flat = flatten(cfg)
+    flat = flat_params(cfg)
     assert flat["retrieval.top_k"] == str(cfg.retrieval.top_k)
     assert flat["profile"] == str(cfg.profile) and all("." in k for k in flat if k != "profile")
 

@@ -9,7 +9,7 @@ import components.rollout.episode_setup as episode_setup
 import components.evaluation.agent_eval as ev
 from components.config import AgentConfig
 from tests.toy import make_toy
-from components.rollout.answers import plain_answer
+from components.evaluation.answers import plain_answer
 from components.config import RolloutConfig
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.progress import GenerationProgress

@@ -24,7 +24,7 @@ def save_tiny_hf_model(path: Path) -> Path:
 def train_and_eval(cfg, tmp_path: Path, em: float, baselines: dict[str, float] | None = None) -> None:
     """What the train and evaluate stages leave behind for register: a trained model dir, its logged model, the
     evaluate run with every metric, eval.json. `baselines`: system -> its EM on synthetic/dev (direct: 0.0)."""
-    from components.evaluation.eval_json import flatten
+    from components.evaluation.eval_json import flat_metrics
     from components.tracking.runs import stage_run
 
     model_dir = save_tiny_hf_model(tmp_path / f"model-{em}")
@@ -34,5 +34,5 @@ def train_and_eval(cfg, tmp_path: Path, em: float, baselines: dict[str, float] |
     report = {"em": {"synthetic": {"dev": em}, "hotpotqa": {"dev": em / 2}},
               "baseline": {s: {"em": {"synthetic": {"dev": v}}} for s, v in ({"direct": 0.0} | (baselines or {})).items()}}  # fmt: skip
     with stage_run(cfg, "evaluate") as tracker:
-        tracker.log_metrics(flatten(report))
+        tracker.log_metrics(flat_metrics(report))
     write_json(artifacts.eval_metrics(cfg), report)

@@ -3,7 +3,7 @@
 Modes: "agent" (multi-turn with tools; use the base model for "tools, no RL"), "direct" (no retrieval: the
 answer tag is prefilled), "naive_rag" (one search with the question as the query, shown as the observation of a
 completed call, or in the question turn with `naive_rag="question_turn"`; then the answer tag is prefilled).
-Baselines are scored on plain generation (components.rollout.answers), the agent on its strict answer tag.
+Baselines are scored on plain generation (answers.py), the agent on its strict answer tag.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from components.agent.parser import ANSWER_OPEN
 from components.agent.rewards import exact_match, f1
 from components.config import AgentConfig, RolloutConfig
 from components.data.schema import Question
+from components.evaluation.answers import plain_answer
 from components.retrieval.base import SearchBackend
 from components.rollout.chat import ChatFormat
-from components.rollout.answers import plain_answer
 from components.rollout.engine import RolloutStats
 from components.rollout.episode_setup import NaiveRag, episode_setup, searched_prompts
 from components.rollout.progress import GenerationProgress

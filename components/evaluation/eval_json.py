@@ -11,13 +11,13 @@ def put(report: dict, system: str, set_name: str, summary: dict[str, float]) -> 
         node.setdefault(metric, {}).setdefault(dataset, {})[split] = round(float(value), 6)
 
 
-def flatten(report: dict, prefix: str = "") -> dict[str, float]:
+def flat_metrics(report: dict, prefix: str = "") -> dict[str, float]:
     """Slash-joined keys, e.g. "em/synthetic/dev", "baseline/direct/em/synthetic/dev"."""
     out: dict[str, float] = {}
     for k, v in report.items():
         key = f"{prefix}/{k}" if prefix else str(k)
         if isinstance(v, dict):
-            out |= flatten(v, key)
+            out |= flat_metrics(v, key)
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
             out[key] = float(v)
     return out

@@ -24,11 +24,11 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 
 from components import artifacts
-from components.config import Config, EvalSetSpec, flatten as flat_params
+from components.config import Config, EvalSetSpec, flat_params
 from components.data.prepare import read_questions
 from components.data.schema import Question
 from components.evaluation.html_report import render
-from components.evaluation.eval_json import em_table, flatten, put
+from components.evaluation.eval_json import em_table, flat_metrics, put
 from components.io import write_json, write_text
 from components.model.loading import load_generator, rollout_autocast
 from components.retrieval.factory import make_backend
@@ -109,7 +109,7 @@ def run(cfg: Config, tracker) -> dict[str, float]:
     tracker.log_artifact(artifacts.eval_per_dataset(cfg), "eval")
     tracker.log_artifact(artifacts.eval_report(cfg), "eval")
     tracker.log_artifact(artifacts.eval_predictions(cfg), "eval")
-    flat = flatten(report)
+    flat = flat_metrics(report)
     tracker.log_metrics(flat)
     return flat
 

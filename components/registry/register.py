@@ -12,7 +12,7 @@ from pathlib import Path
 
 from components import artifacts
 from components.config import Config
-from components.evaluation.eval_json import flatten
+from components.evaluation.eval_json import flat_metrics
 from components.io import disk_full, free_space, full_at, out_of_space, sha256_of, size_of, write_json
 from components.registry.gate import champion, judge
 from components.serving.agent import model_corpus
@@ -142,7 +142,7 @@ def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     reg = cfg.registry
     metrics_path = artifacts.require(cfg, artifacts.eval_metrics(cfg))
     model_path = artifacts.require(cfg, artifacts.train_model_json(cfg))
-    eval_metrics = flatten(json.loads(metrics_path.read_text()))
+    eval_metrics = flat_metrics(json.loads(metrics_path.read_text()))
     if reg.metric not in eval_metrics:
         raise KeyError(f"registry.metric {reg.metric!r} not in {metrics_path} (have: {sorted(eval_metrics)[:20]})")
     trained = json.loads(model_path.read_text())

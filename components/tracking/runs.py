@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from components.config import Config, flatten
+from components.config import Config, flat_params
 from components.secrets import redact_params
 from components.tracking.locks import store_lock
 from components.tracking.owners import OWNER_TAG, end_dead_runs, owner
@@ -105,7 +105,7 @@ def pipeline_run(cfg: Config, name: str | None = None) -> Iterator[str]:
     exp_id = setup(cfg)
     name = name or f"flow @ {commit()}"
     with mlflow.start_run(experiment_id=exp_id, run_name=name, tags=_pipeline_tags(name) | {OWNER_TAG: owner()}) as run:
-        mlflow.log_params(redact_params(flatten(cfg)))  # no secret is ever tracked
+        mlflow.log_params(redact_params(flat_params(cfg)))  # no secret is ever tracked
         yield run.info.run_id
 
 
@@ -123,7 +123,7 @@ def stage_run(cfg: Config, stage: str, parent_run_id: str | None = None) -> Iter
         parent_run_id=parent_run_id,
         tags={STAGE_TAG: stage, OWNER_TAG: owner()},
     ) as run:
-        mlflow.log_params(redact_params(flatten(cfg)))  # no secret is ever tracked
+        mlflow.log_params(redact_params(flat_params(cfg)))  # no secret is ever tracked
         yield MlflowTracker(run.info.run_id)
 
 
@@ -160,7 +160,7 @@ def _dvc_parent(cfg: Config, key: str, name: str) -> str:
     if found:
         return found[0].info.run_id
     run = client.create_run(exp_id, run_name=name, tags=_pipeline_tags(name) | {PIPELINE_KEY_TAG: key})
-    params = [Param(k, v) for k, v in redact_params(flatten(cfg)).items()]
+    params = [Param(k, v) for k, v in redact_params(flat_params(cfg)).items()]
     for i in range(0, len(params), 100):
         client.log_batch(run.info.run_id, params=params[i : i + 100])
     return run.info.run_id
