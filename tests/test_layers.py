@@ -13,14 +13,14 @@ LAYERS: list[set[str]] = [
     {"secrets", "io", "env", "import_graph"},  # no project imports
     {"config"},  # the one typed config; imports no backend
     {"artifacts"},  # every artifact path
-    {"data", "tracking"},  # records and their Parquet files; MLflow runs, registry and alias moves
+    {"data", "tracking"},  # records and their Parquet files; MLflow runs, logged models, traces
     {"retrieval"},  # search backends over passages
     {"agent"},  # tools, ToolEnv, the tool-call syntax, rewards
     {"rollout"},  # chat format, episode set-up, multi-turn generation, trajectories
     {"model"},  # loading, attention, the frozen top layers, the tiny model
     {"base_model", "evaluation"},  # the base_model stage (sources, priming, warm-up); agent and baselines scored
     {"rl", "validation", "serving"},  # the local trainer; GX suites; ask, pyfunc agent
-    {"registry"},  # the register stage: the pyfunc version, its evidence, the champion decision
+    {"registry"},  # the champion: the register stage, the gate, registration, promote and rollback
     {"verl_backend"},  # verl on Ray + vLLM (uses rl's estimator table)
     {"training", "stages"},  # stage functions and the stage table
     {"dvc_deps"},  # dvc.yaml's code deps, from the stage table and the import graph

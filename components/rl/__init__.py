@@ -1,1 +1,2 @@
-"""The local RL trainer: advantages, losses, critic, batches and exact-resume checkpoints."""
+"""The local train backend: the loop (train.py), the RL update (update.py), advantages, losses, critic, batches and
+exact-resume checkpoints."""
