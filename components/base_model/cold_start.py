@@ -35,7 +35,7 @@ from components.agent.parser import answer_text, call_text
 from components.config import Config
 from components.data.schema import Passage, Question
 from components.model.loading import autocast, freeze_below
-from components.base_model.priming import Sequence_, lm_step
+from components.base_model.priming import Sequence_, sft_step
 from components.base_model.warmup import _NAME, FUNCTION_WORDS, mentions
 from components.retrieval.base import SearchBackend
 from components.rollout.chat import ChatFormat
@@ -212,13 +212,8 @@ def sft(model, data: Sequence[Trajectory], cfg: Config, pad_id: int, log=None) -
     model.train()
     for step in tqdm(range(1, wc.cold_start_steps + 1), desc="cold start", disable=None):
         batch = rng.sample(seqs, min(wc.batch_size, len(seqs)))
-        with autocast(cfg, device):
-            loss = lm_step(model, batch, pad_id, device, micro_size=wc.micro_batch_size)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
-        opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(sft_step(model, opt, params, batch, pad_id, device, autocast(cfg, device), wc.micro_batch_size,
+                               cfg.train.max_grad_norm))  # fmt: skip
         if log is not None:
             log({"cold_start_loss": losses[-1]}, step=step)
     model.requires_grad_(True)

@@ -185,6 +185,19 @@ def lm_step(model, batch: list[Sequence_], pad_id: int, device, micro_size: int 
     return sum(loss for loss, _ in parts) / max(1, sum(n for _, n in parts))
 
 
+def sft_step(model, opt, params, batch: list[Sequence_], pad_id: int, device, amp, micro_size: int | None,
+             max_grad_norm: float) -> float:  # fmt: skip
+    """One optimizer step on `lm_step`'s loss over `batch` under `amp` (an autocast context), gradients of `params`
+    clipped to `max_grad_norm`; returns the loss."""
+    with amp:
+        loss = lm_step(model, batch, pad_id, device, micro_size=micro_size)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    opt.step()
+    return float(loss.detach())
+
+
 @torch.no_grad()
 def probe(model, probes: list[Sequence_], pad_id: int, device) -> dict[str, float]:
     """How well the format is primed, on held-out transcripts, each draw counted as right when it is any of

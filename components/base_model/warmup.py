@@ -39,7 +39,7 @@ from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, call_text
 from components.config import Config
 from components.data.schema import Question
 from components.model.loading import autocast, freeze_below, rollout_autocast
-from components.base_model.priming import Sequence_, lm_step
+from components.base_model.priming import Sequence_, sft_step
 from components.retrieval.base import Hit, SearchBackend
 from components.rollout.chat import ChatFormat
 from components.rollout.content import content_entropy
@@ -328,14 +328,9 @@ def warm_up(model, data: list[Sequence_], cfg: Config, pad_id: int, measure: Cal
     for step in bar if stop != "passed" else ():
         model.train()
         batch = rng.sample(data, min(wc.batch_size, len(data)))
-        with autocast(cfg, next(model.parameters()).device):
-            loss = lm_step(model, batch, pad_id, next(model.parameters()).device,
-                           micro_size=wc.micro_batch_size)  # fmt: skip
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
-        opt.step()
-        losses.append(float(loss.detach()))
+        device = next(model.parameters()).device
+        losses.append(sft_step(model, opt, params, batch, pad_id, device, autocast(cfg, device), wc.micro_batch_size,
+                               cfg.train.max_grad_norm))  # fmt: skip
         if log is not None:
             log({"warmup_loss": losses[-1]}, step=step)
         if step % wc.probe_every and step != wc.steps:
