@@ -63,9 +63,6 @@ def run(cfg: Config, tracker) -> dict[str, float]:
     dirs = {"trained": artifacts.trained_model(cfg), "base": artifacts.base_model(cfg), "pretrained": artifacts.pretrained_model(cfg)}
     backend = make_backend(cfg)
     models: dict[str, int] = {}  # parameters of each model loaded
-    report: dict = {}
-    rows: list[dict] = []
-    predictions: list[dict] = []
     by_pair: dict[tuple[str, str], list[AgentResult]] = {}
     try:
         for which in dict.fromkeys(SYSTEMS[s][0] for s in systems):  # each model loaded once, and closed when done
@@ -78,10 +75,6 @@ def run(cfg: Config, tracker) -> dict[str, float]:
                             results = evaluate_agent(model, tokenizer, qs, backend, cfg.agent, top_k=cfg.retrieval.top_k,
                                                      mode=SYSTEMS[system][1], batch_tokens=cfg.evaluate.batch_tokens,
                                                      desc=f"{system} {name}", naive_rag=cfg.evaluate.naive_rag)  # fmt: skip
-                        summary = summarize(results)
-                        put(report, system, name, summary)
-                        rows.append({"system": system, "set": name, **summary, "n": len(results)})
-                        predictions += [{"system": system, "set": name, **_public(r)} for r in results]
                         by_pair[(system, name)] = results
                         tracker.log_text(_transcripts(results), f"trajectories/{system}/{name.replace('/', '_')}.txt")
                         tags = {"agentr1.system": system, "agentr1.set": name}
@@ -92,12 +85,17 @@ def run(cfg: Config, tracker) -> dict[str, float]:
                     model.close()
     finally:
         backend.close()
-    order = {s: i for i, s in enumerate(systems)}  # the report lists the systems in their configured order
-    rows.sort(key=lambda r: order[r["system"]])
-    predictions.sort(key=lambda p: order[p["system"]])
-    by_pair = dict(sorted(by_pair.items(), key=lambda kv: order[kv[0][0]]))
-    if "baseline" in report:
-        report["baseline"] = {s: report["baseline"][s] for s in sorted(report["baseline"], key=order.__getitem__)}
+
+    # the report, the table and the predictions list the systems in their configured order
+    by_pair = {(system, name): by_pair[(system, name)] for system in systems for name in sets}
+    report: dict = {}
+    rows: list[dict] = []
+    predictions: list[dict] = []
+    for (system, name), results in by_pair.items():
+        summary = summarize(results)
+        put(report, system, name, summary)
+        rows.append({"system": system, "set": name, **summary, "n": len(results)})
+        predictions += [{"system": system, "set": name, **_public(r)} for r in results]
 
     write_text(artifacts.eval_per_dataset(cfg), _csv(rows))
     write_text(artifacts.eval_predictions(cfg), "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
