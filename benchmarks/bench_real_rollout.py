@@ -35,7 +35,7 @@ from components.config import load_config
 from components.data.prepare import read_questions
 from components.model.loading import RolloutWeights, autocast, load_model, pick_device, uses_autocast
 from components.retrieval.factory import make_backend
-from components.rl.train import Trainer, split_questions
+from components.train.local.train import Trainer, split_questions
 from components.rollout.engine import RolloutStats
 from components.rollout.episode_setup import episode_setup
 from components.rollout.vllm_engine import VllmEngine

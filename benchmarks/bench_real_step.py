@@ -21,7 +21,7 @@ from components import artifacts
 from components.data.prepare import read_questions
 from components.model.loading import load_model, pick_device
 from components.retrieval.factory import make_backend
-from components.rl.train import Trainer
+from components.train.local.train import Trainer
 from components.evaluation.machine import cpu_line  # noqa: E402
 
 VARIANTS = {

@@ -65,7 +65,7 @@ import json, os, signal, sys
 from contextlib import contextmanager
 from pathlib import Path
 from components.config import parse_config
-from components.rl import checkpoint as ckpt, train
+from components.train.local import checkpoint as ckpt, train
 from components.stages import run_stage
 
 raw = json.loads(sys.argv[1]); where, _, at = sys.argv[2].partition(":")

@@ -29,8 +29,8 @@ import components.base_model.base_model as base_model
 import components.retrieval.index as index
 from components import artifacts
 from components.config import parse_config
-from components.rl import checkpoint as ckpt
-from components.rl import train
+from components.train.local import checkpoint as ckpt
+from components.train.local import train
 from components.tracking.tracker import NullTracker
 
 VARIANTS = {

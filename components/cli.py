@@ -46,7 +46,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from components.base_model.source import ModelSourceError
     from components.retrieval.base import SearchError
 
-    from components.rl.checkpoint import CheckpointError
+    from components.train.local.checkpoint import CheckpointError
     from components.rollout.vllm_engine import VllmError
     from components.serving.ask import AskError
     from components.registry.promote import PromotionError
@@ -116,7 +116,7 @@ def train(
     if dry_run:
         apply_defaults()
         from components.config import load_config
-        from components.verl_backend.launch import dry_run as verl_dry_run
+        from components.train.verl.launch import dry_run as verl_dry_run
 
         cfg = load_config(params, _overrides(sets))
         verl_dry_run(cfg)

@@ -480,7 +480,7 @@ class VerlConfig(Section):
 
 
 # train.algorithm -> verl's advantage estimator (verl core_algos); both backends read this one table, so a name
-# means one estimator on both. grpo_process: GRPO with process supervision (components/rl/grpo_process.py).
+# means one estimator on both. grpo_process: GRPO with process supervision (components/train/local/grpo_process.py).
 VERL_ESTIMATOR = {"ppo": "gae", "grpo": "grpo", "grpo_process": "grpo_process",
                   "reinforce_plus_plus": "reinforce_plus_plus",
                   "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline", "rloo": "rloo"}  # fmt: skip

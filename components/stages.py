@@ -34,7 +34,7 @@ STAGES: dict[str, Stage] = {
         Stage("index", "components.retrieval.index", "Build one versioned search index per corpus (no-op when the corpus is unchanged)."),
         Stage("retrieval_eval", "components.retrieval.recall", "Recall@k of supporting passages with the question as the query."),
         Stage("base_model", "components.base_model.base_model", "Resolve the base model; the CPU profile builds and format-primes a tiny Qwen2."),
-        Stage("train", "components.training", "End-to-end RL of the search agent (local torch trainer, or verl on Ray + vLLM)."),
+        Stage("train", "components.train.stage", "End-to-end RL of the search agent (local torch trainer, or verl on Ray + vLLM)."),
         Stage("evaluate", "components.evaluation.evaluate", "EM/F1 of the trained agent and the baselines, per dataset."),
         Stage("register", "components.registry.register", "Register the agent (pyfunc: weights, config, index) with compact evidence; move the champion alias only if it wins."),
     ]

@@ -12,7 +12,7 @@ from components.config import parse_config
 from components.data import prepare
 from components.base_model import base_model
 from components.retrieval import index
-from components.rl import train
+from components.train.local import train
 from components.tracking.tracker import NullTracker
 from tests.toy import small_raw
 

@@ -6,7 +6,7 @@ import csv
 import io
 
 from components.tracking.tracker import NullTracker
-from components.training import CurveRecorder
+from components.train.stage import CurveRecorder
 
 
 def test_dev_curve_keeps_only_evaluated_steps_with_the_target_set_first():

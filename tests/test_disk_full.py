@@ -64,7 +64,7 @@ def need_mb(message: str) -> float:
 def test_checkpoint_on_a_full_disk(small_disk, tmp_path):
     import torch
 
-    from components.rl import checkpoint as ckpt
+    from components.train.local import checkpoint as ckpt
 
     disk = small_disk(tmp_path / "disk", "4m")
     root = disk / "checkpoints"

@@ -90,9 +90,9 @@ def test_no_dep_is_an_empty_file():
 
 
 def test_closure_sees_the_gaps_the_old_dvc_yaml_had():
-    """The check is not vacuous: train imports training.py, model/, retrieval/ and config.py; evaluate model/."""
+    """The check is not vacuous: train imports train/stage.py, model/, retrieval/ and config.py; evaluate model/."""
     train = closure(STAGES["train"].module)
-    assert {"components/training.py", "components/config.py", "components/model/loading.py",
+    assert {"components/train/stage.py", "components/config.py", "components/model/loading.py",
             "components/retrieval/factory.py", "components/io.py"} <= train  # fmt: skip
     assert {"components/model/loading.py", "components/retrieval/factory.py"} <= closure(STAGES["evaluate"].module)
 
@@ -119,8 +119,8 @@ def test_params_are_keys_and_every_profile_overlay_is_tracked_per_key():
 def test_dvc_repro_reruns_the_changed_stage_and_only_what_follows(built, tmp_path):
     project = built.copy(tmp_path / "p")  # built by the Prefect flow: DVC finds nothing to re-run
     assert ran(run(["dvc", "repro"], project).stdout) == []
-    # train once missed training.py; evaluate and register share eval_json.py; register alone imports register.py.
-    for module, stage in [("components/training.py", "train"), ("components/evaluation/eval_json.py", "evaluate"),
+    # train once missed its stage module; evaluate and register share eval_json.py; register alone imports register.py.
+    for module, stage in [("components/train/stage.py", "train"), ("components/evaluation/eval_json.py", "evaluate"),
                           ("components/registry/register.py", "register")]:  # fmt: skip
         touch(project, module)
         again = ran(run(["dvc", "repro"], project).stdout)

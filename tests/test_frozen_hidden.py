@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from components.model.top_layers import top_forward
-from components.rl.batch import collate
-from components.rl.losses import policy_logprobs
+from components.train.local.batch import collate
+from components.train.local.losses import policy_logprobs
 from components.rollout.engine import rollout
 from tests.toy import make_toy
 

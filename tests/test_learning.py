@@ -17,7 +17,7 @@ from transformers import AutoTokenizer
 
 import components.data.prepare as prepare
 import components.retrieval.index as index
-import components.rl.train as train
+import components.train.local.train as train
 from components import artifacts
 from components.config import parse_config
 from components.data.synthetic import generate_world

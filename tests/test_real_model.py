@@ -18,10 +18,10 @@ from components.data.passages import PassageTable
 from components.model.loading import load_model
 from components.base_model.source import SOURCE_FILE, materialise
 from components.retrieval.factory import make_backend
-from components.rl.batch import collate
-from components.rl.losses import policy_logprobs
-from components.rl.train import Trainer
-from components.rl.update import update
+from components.train.local.batch import collate
+from components.train.local.losses import policy_logprobs
+from components.train.local.train import Trainer
+from components.train.local.update import update
 from components.rollout.chat import ChatFormat
 from components.rollout.engine import rollout
 from components.rollout.episode_setup import make_env

@@ -6,7 +6,7 @@ import torch
 from verl.trainer.ppo import core_algos
 
 from components.config import MaskConfig, TrainConfig
-from components.rl.advantages import compute_advantages
+from components.train.local.advantages import compute_advantages
 
 ACTION = torch.tensor([[1, 1, 0, 0, 1, 1, 0], [1, 0, 0, 1, 1, 1, 1]], dtype=torch.float32)
 RESPONSE = torch.tensor([[1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1, 1]], dtype=torch.float32)
@@ -136,8 +136,8 @@ def test_each_algorithm_is_one_estimator_on_both_backends(process_rewards):
     from typing import get_args
 
     from components.config import Algorithm, parse_config
-    from components.rl.advantages import estimator_fn
-    from components.verl_backend import launch
+    from components.train.local.advantages import estimator_fn
+    from components.train.verl import launch
 
     for algorithm in get_args(Algorithm):
         cfg = parse_config({"agent": {"reward": {"supporting": 0.5 if process_rewards else 0.0}},
@@ -157,7 +157,7 @@ def test_local_grpo_process_is_the_registered_estimator_and_keeps_the_reward_pla
 
 
 def test_groups_with_signal_counts_groups_of_unequal_returns():
-    from components.rl.advantages import groups_with_signal
+    from components.train.local.advantages import groups_with_signal
 
     index = np.array(["a", "a", "b", "b", "c", "c", "d", "d"], dtype=object)
     scores = torch.tensor([1.0, 1.0, 0.0, 1.0, -0.1, -0.1, 0.5, 0.5000001])
@@ -166,7 +166,7 @@ def test_groups_with_signal_counts_groups_of_unequal_returns():
 
 
 def test_entropy_floor_adds_the_bonus_only_below_the_floor():
-    from components.rl.advantages import step_config
+    from components.train.local.advantages import step_config
 
     tc = TrainConfig(entropy_coef=0.001, entropy_floor=0.5, entropy_floor_coef=0.01)
     assert step_config(tc, 0.7) is tc

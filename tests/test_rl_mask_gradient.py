@@ -8,10 +8,10 @@ import torch
 from verl.trainer.ppo.core_algos import agg_loss
 
 from components.config import MaskConfig, TrainConfig
-from components.rl.advantages import compute_advantages
-from components.rl.batch import collate
-from components.rl.losses import policy_logprobs
-from components.rl.update import clipped_objective
+from components.train.local.advantages import compute_advantages
+from components.train.local.batch import collate
+from components.train.local.losses import policy_logprobs
+from components.train.local.update import clipped_objective
 from tests.toy import make_toy
 from components.rollout.engine import rollout
 

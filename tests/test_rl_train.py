@@ -22,12 +22,12 @@ import components.data.prepare as prepare
 import components.base_model.base_model as base_model
 import components.retrieval.index as index
 from components.config import parse_config
-from components.rl import checkpoint as ckpt
-from components.rl import train
-from components.rl import update as rl_update
-from components.rl.advantages import compute_advantages
-from components.rl.batch import collate
-from components.rl.losses import policy_logprobs
+from components.train.local import checkpoint as ckpt
+from components.train.local import train
+from components.train.local import update as rl_update
+from components.train.local.advantages import compute_advantages
+from components.train.local.batch import collate
+from components.train.local.losses import policy_logprobs
 from components.tracking.tracker import NullTracker
 from tests.toy import small_raw
 
@@ -255,7 +255,7 @@ import json, os, signal, sys
 from contextlib import contextmanager
 from pathlib import Path
 from components.config import parse_config
-from components.rl import checkpoint as ckpt, train
+from components.train.local import checkpoint as ckpt, train
 from components.stages import run_stage
 from tests.test_rl_train import resume_raw
 

@@ -5,7 +5,7 @@ import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos
 
-from components.rl.update import DUAL_CLIP, clipped_objective
+from components.train.local.update import DUAL_CLIP, clipped_objective
 
 
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])

@@ -21,9 +21,9 @@ from verl.workers.rollout.replica import TokenOutput
 from components.agent.observation import error_observation, format_hits
 from components.agent.prompts import assistant_turn_suffix, initial_messages, render_tool_turn
 from components.retrieval.factory import make_backend
-from components.verl_backend.agent_loop import ProcessRewardOutput, agent_loop_config
-from components.verl_backend.reward import compute_score
-from components.verl_backend.tool import AgentR1SearchTool, write_tool_config
+from components.train.verl.agent_loop import ProcessRewardOutput, agent_loop_config
+from components.train.verl.reward import compute_score
+from components.train.verl.tool import AgentR1SearchTool, write_tool_config
 from tests.verl_fixtures import REWARD, verl_config
 
 VALID = '<tool_call>{"name": "search", "arguments": {"query": "capital of France"}}</tool_call>'
@@ -192,7 +192,7 @@ def test_tool_config_yaml_is_self_contained(cfg, tmp_path):
 
     doc = yaml.safe_load(write_tool_config(cfg, tmp_path / "t.yaml").read_text())
     (tool,) = doc["tools"]
-    assert tool["class_name"] == "components.verl_backend.tool.AgentR1SearchTool"
+    assert tool["class_name"] == "components.train.verl.tool.AgentR1SearchTool"
     assert tool["config"]["type"] == "native"
     assert tool["config"]["agentr1"]["project"]["artifacts_dir"] == str(cfg.artifacts.resolve())
     assert json.dumps(tool["tool_schema"]["function"]["parameters"]["required"]) == '["query"]'

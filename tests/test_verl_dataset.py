@@ -11,7 +11,7 @@ from components.agent.prompts import SYSTEM_PROMPT
 from components import artifacts
 from components.data.prepare import write_questions
 from components.data.schema import DataError
-from components.verl_backend.export import AGENT_NAME, export
+from components.train.verl.export import AGENT_NAME, export
 from tests.verl_fixtures import QUESTIONS, make_cfg, verl_config
 
 def ids(path) -> list[str]:

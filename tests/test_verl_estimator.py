@@ -10,7 +10,7 @@ from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from components.rl.grpo_process import NAME, step_rewards
+from components.train.local.grpo_process import NAME, step_rewards
 
 # Two episodes of one question (uid "a") and one of another ("b"); response length 8.
 #   a0: call (0-1) | observation (2-3) | answer (4-5) | pad      process 0.5 on 1, outcome 1.0 on 5

@@ -10,8 +10,8 @@ from typing import get_args
 import pytest
 
 from components.config import VERL_ESTIMATOR, Algorithm, load_config
-from components.verl_backend import launch
-from components.verl_backend.verl_config import VerlConfig
+from components.train.verl import launch
+from components.train.verl.verl_config import VerlConfig
 from verl.trainer.ppo.utils import need_critic
 from tests.verl_fixtures import make_cfg, save_tiny_model
 
@@ -45,13 +45,13 @@ def test_verl_accepts_every_algorithm(accepted, algorithm):
     assert rollout.multi_turn.max_assistant_turns == cfg.agent.max_turns
     assert rollout.multi_turn.tool_config_path == str(launch.paths(cfg).tool_config)
     assert rollout.agent.default_agent_loop == "agentr1_tool_agent"
-    assert rollout.agent.agent_loop_manager_class == "components.verl_backend.manager.AgentR1AgentLoopManager"
+    assert rollout.agent.agent_loop_manager_class == "components.train.verl.manager.AgentR1AgentLoopManager"
     assert job.data.train_batch_size == cfg.train.questions_per_step
     assert job.actor_rollout_ref.actor.optim.lr == cfg.train.lr
     assert "hf_model" in job.actor_rollout_ref.actor.checkpoint.save_contents
     assert job.trainer.save_freq > 0 and job.trainer.resume_mode == "auto"
     assert "mlflow" in job.trainer.logger
-    assert job.reward.custom_reward_function.path.endswith("components/verl_backend/reward.py")
+    assert job.reward.custom_reward_function.path.endswith("components/train/verl/reward.py")
     assert job.reward.custom_reward_function.reward_kwargs.format_penalty == cfg.agent.reward.format_penalty
 
 
@@ -148,7 +148,7 @@ def test_driver_loads_manager_class_and_our_registrations():
 
     cls = load_class_from_fqn(launch._manager_class(), "AgentLoopManager")  # as verl's TaskRunner does
     assert issubclass(cls, AgentLoopManagerTQ)
-    assert get_adv_estimator_fn("grpo_process").__module__ == "components.rl.grpo_process"
+    assert get_adv_estimator_fn("grpo_process").__module__ == "components.train.local.grpo_process"
     assert _agent_loop_registry["agentr1_tool_agent"]["_target_"].endswith("AgentR1ToolAgentLoop")
 
 

@@ -10,7 +10,7 @@ from verl import DataProto
 from verl.trainer.ppo.reward import load_reward_manager
 
 from components.agent.prompts import render_tool_turn
-from components.verl_backend.reward import compute_score, final_answer
+from components.train.verl.reward import compute_score, final_answer
 from tests.verl_fixtures import REWARD, TOKENIZERS, make_cfg, named_tokenizer, verl_config
 
 
@@ -41,7 +41,7 @@ def score(manager, response: str, answers: list[str]) -> dict:
 
 def test_manager_uses_our_compute_score_with_params_kwargs(manager):
     raw_fn, kwargs = manager[0].compute_score.args  # verl's partial(_call_with_kwargs, raw_fn, reward_kwargs)
-    assert raw_fn.__name__ == "compute_score" and raw_fn.__code__.co_filename.endswith("verl_backend/reward.py")
+    assert raw_fn.__name__ == "compute_score" and raw_fn.__code__.co_filename.endswith("train/verl/reward.py")
     assert kwargs == {"answer_metric": "em", "answer_format": 0.0, "format_penalty": REWARD["format_penalty"]}
 
 

@@ -12,7 +12,7 @@ from verl.utils.tracking import Tracking
 from components import artifacts
 from components.data.prepare import write_questions
 from components.tracking.tracker import MlflowTracker
-from components.verl_backend import launch
+from components.train.verl import launch
 from tests.verl_fixtures import QUESTIONS, make_cfg
 
 
@@ -31,7 +31,7 @@ def test_verl_logger_writes_into_a_child_of_the_stage_run(mlflow_uri, tmp_path, 
     assert run.info.experiment_id == stage.info.experiment_id
     assert launch._final_metrics(child) == {"verl/critic/score/mean": 0.75, "verl/val-core/toyqa/acc/mean_at_1": 0.5}  # verl maps @
 
-    from components.training import CurveRecorder
+    from components.train.stage import CurveRecorder
     from components.tracking.tracker import NullTracker
 
     curve = CurveRecorder(NullTracker())
@@ -71,7 +71,7 @@ def test_missing_checkpoint_is_named(tmp_path):
 
 
 def test_failed_training_run_is_a_launch_error_with_the_log_tail(mlflow_uri, tmp_path, monkeypatch):
-    from components.verl_backend.verl_config import VerlConfig
+    from components.train.verl.verl_config import VerlConfig
 
     cfg = make_cfg(tmp_path)
     artifacts.prepared(cfg).mkdir(parents=True)

@@ -20,9 +20,9 @@ from components.model.loading import RolloutWeights, load_model
 from components.base_model.source import materialise
 from components.model.top_layers import frozen_layers
 from components.retrieval.factory import make_backend
-from components.rl.batch import collate
-from components.rl.losses import policy_logprobs
-from components.rl.train import Trainer
+from components.train.local.batch import collate
+from components.train.local.losses import policy_logprobs
+from components.train.local.train import Trainer
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.episode_setup import searched_prompts
 from components.evaluation.agent_eval import evaluate_agent

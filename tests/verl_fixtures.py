@@ -110,7 +110,7 @@ def verl_config(cfg: Config):
     """verl's ppo_trainer config with our overrides, as the launch composes it."""
     from omegaconf import OmegaConf
 
-    from components.verl_backend.launch import compose
+    from components.train.verl.launch import compose
 
     return OmegaConf.create(compose(cfg))
 

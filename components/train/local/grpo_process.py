@@ -1,9 +1,9 @@
 """`grpo_process`: GRPO with process supervision (DeepSeekMath, sec. 4.1.3), registered in verl's estimator registry.
 
-It is `train.algorithm: grpo_process` on both backends: verl's trainer and the local one (components/rl/advantages.py)
-look this function up by its name. verl's outcome GRPO (`train.algorithm: grpo`) sums `token_level_rewards` to one
-scalar per response, so a process reward placed on the token closing a tool call would only add to the total. Here
-every step keeps its place:
+It is `train.algorithm: grpo_process` on both backends: verl's trainer and the local one
+(components/train/local/advantages.py) look this function up by its name. verl's outcome GRPO (`train.algorithm:
+grpo`) sums `token_level_rewards` to one scalar per response, so a process reward placed on the token closing a tool
+call would only add to the total. Here every step keeps its place:
 
     steps        = the last token of each action segment (response_mask run), plus action tokens carrying a reward
     r~_(i,j)     = (r_(i,j) - mean(R_g)) / (std(R_g) + eps)    R_g: all step rewards of the group (same uid)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from verl.trainer.ppo.v1 import AgentLoopManagerTQ
 
-from components.rl import grpo_process  # noqa: F401  (registers on import)
-from components.verl_backend import agent_loop  # noqa: F401  (registers on import)
+from components.train.local import grpo_process  # noqa: F401  (registers on import)
+from components.train.verl import agent_loop  # noqa: F401  (registers on import)
 
 
 class AgentR1AgentLoopManager(AgentLoopManagerTQ):

@@ -20,7 +20,7 @@ import yaml
 
 from components import artifacts
 from components.config import VERL_ESTIMATOR, Config
-from components.verl_backend.verl_config import VerlConfig, verl_config
+from components.train.verl.verl_config import VerlConfig, verl_config
 
 # These verl estimators sum token_level_rewards to one scalar per response before the baseline, so process
 # rewards only add to the episode total there: their position (which turn earned them) is lost.
@@ -201,13 +201,13 @@ def build_command(cfg: Config, env: Mapping[str, str] | None = None) -> list[str
 
 
 def _agent_name() -> str:
-    from components.verl_backend.export import AGENT_NAME
+    from components.train.verl.export import AGENT_NAME
 
     return AGENT_NAME
 
 
 def _manager_class() -> str:
-    return "components.verl_backend.manager.AgentR1AgentLoopManager"
+    return "components.train.verl.manager.AgentR1AgentLoopManager"
 
 
 # --- what verl accepted ------------------------------------------------------------------------------
@@ -237,7 +237,7 @@ def validate(job_yaml: str) -> Any:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from components.rl import grpo_process  # noqa: F401  (grpo_process)
+    from components.train.local import grpo_process  # noqa: F401  (grpo_process)
 
     config = OmegaConf.create(job_yaml)
     try:
@@ -292,9 +292,9 @@ def _tail(text: str, n: int = 40) -> str:
 def write_inputs(cfg: Config) -> Paths:
     """The files verl reads: train/val parquet, the tool YAML and the agent-loop YAML."""
     from components.io import write_text
-    from components.verl_backend.agent_loop import agent_loop_config
-    from components.verl_backend.export import export
-    from components.verl_backend.tool import write_tool_config
+    from components.train.verl.agent_loop import agent_loop_config
+    from components.train.verl.export import export
+    from components.train.verl.tool import write_tool_config
 
     p = paths(cfg)
     export(cfg, p.train.parent, verl_config(cfg).eval_questions)

@@ -2,7 +2,7 @@
 
 Each train.algorithm resolves to the estimator function the verl backend runs (`estimator_fn`, verl's registry):
 grpo is verl's outcome GRPO (a response's rewards summed to one score); grpo_process is the process-supervised
-GRPO of components/rl/grpo_process.py, registered there.
+GRPO of components/train/local/grpo_process.py, registered there.
 
 For GAE (PPO) the mask does what Agent-R1 asks: verl's `compute_gae_advantage_return` carries the next value and
 advantage across mask-0 tokens, so observation tokens are skipped as if they were not there (tests/
@@ -18,7 +18,7 @@ from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
 
 from components.config import VERL_ESTIMATOR, TrainConfig
-from components.rl import grpo_process as _registers_grpo_process  # noqa: F401
+from components.train.local import grpo_process as _registers_grpo_process  # noqa: F401
 
 
 def estimator_fn(algorithm: str):

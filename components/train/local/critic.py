@@ -6,8 +6,8 @@ import torch
 from torch import nn
 from transformers import AutoModel
 
-from components.rl.batch import Batch
-from components.rl.losses import response_hidden
+from components.train.local.batch import Batch
+from components.train.local.losses import response_hidden
 
 
 class Critic(nn.Module):

@@ -23,9 +23,9 @@ from components.agent.observation import error_observation
 from components.agent.prompts import assistant_turn_suffix
 from components.agent.rewards import process_reward
 from components.config import RewardConfig
-from components.rl import grpo_process  # noqa: F401  (registers grpo_process wherever this loop runs)
-from components.verl_backend.export import AGENT_NAME
-from components.verl_backend.tool import SEEN_KEY
+from components.train.local import grpo_process  # noqa: F401  (registers grpo_process wherever this loop runs)
+from components.train.verl.export import AGENT_NAME
+from components.train.verl.tool import SEEN_KEY
 
 STEPS_KEY = "agentr1_process_steps"  # extra_fields: [[response position, process reward], ...]
 

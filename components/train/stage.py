@@ -84,9 +84,9 @@ class CurveRecorder(NullTracker):
 def run(cfg: Config, tracker: NullTracker) -> dict[str, float]:
     recorder = CurveRecorder(tracker)
     if cfg.train.backend == "verl":
-        from components.verl_backend.launch import run as backend_run
+        from components.train.verl.launch import run as backend_run
     else:
-        from components.rl.train import run as backend_run
+        from components.train.local.train import run as backend_run
     metrics = backend_run(cfg, recorder)
 
     trained = artifacts.trained_model(cfg)

@@ -6,7 +6,7 @@ import torch
 import verl.utils.torch_functional as verl_F
 
 from components.model.top_layers import top_forward
-from components.rl.batch import Batch
+from components.train.local.batch import Batch
 
 
 def response_hidden(model, batch: Batch) -> torch.Tensor:

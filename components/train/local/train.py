@@ -1,7 +1,7 @@
 """The local trainer (train stage, backend `local`): rollout -> rewards -> advantages -> clipped update.
 
 Each step samples `questions_per_step` training questions, rolls out `group_size` episodes of each with the
-current policy and updates it on them (components/rl/update.py). Step s draws its questions and sampling noise
+current policy and updates it on them (components/train/local/update.py). Step s draws its questions and sampling noise
 from (seed, s) alone, so a run resumed from a checkpoint repeats exactly what it would have done.
 """
 
@@ -29,12 +29,12 @@ from components.io import atomic_path
 from components.model.loading import RolloutWeights, autocast, freeze_below, load_model, pick_device
 from components.model.top_layers import frozen_layers
 from components.retrieval.factory import make_backend
-from components.rl import checkpoint as ckpt
-from components.rl.advantages import groups_with_signal, step_config
-from components.rl.batch import collate
-from components.rl.critic import Critic
-from components.rl.update import Learner
-from components.rl.update import update as rl_update
+from components.train.local import checkpoint as ckpt
+from components.train.local.advantages import groups_with_signal, step_config
+from components.train.local.batch import collate
+from components.train.local.critic import Critic
+from components.train.local.update import Learner
+from components.train.local.update import update as rl_update
 from components.rollout.content import content_entropy
 from components.rollout.engine import RolloutStats
 from components.rollout.episode_setup import episode_setup
@@ -105,7 +105,7 @@ class Trainer:
 
     @property
     def learner(self) -> Learner:
-        """What an update changes and reads (components/rl/update.py)."""
+        """What an update changes and reads (components/train/local/update.py)."""
         return Learner(self.policy, self.trainable, self.opt, self.ref, self.critic, self.critic_opt)
 
     # --- one step ------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from components.agent.prompts import SYSTEM_PROMPT, initial_messages, system_prompt_text
-from components.rl.train import COUNTERFACTUAL, SYNTHETIC, split_questions
+from components.train.local.train import COUNTERFACTUAL, SYNTHETIC, split_questions
 from components import artifacts
 from components.data.prepare import read_questions
 from components.data.schema import DataError, Question

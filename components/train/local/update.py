@@ -21,10 +21,10 @@ from torch import nn
 from verl.trainer.ppo import core_algos
 
 from components.config import TrainConfig
-from components.rl.advantages import compute_advantages
-from components.rl.batch import Batch
-from components.rl.critic import Critic
-from components.rl.losses import policy_logprobs
+from components.train.local.advantages import compute_advantages
+from components.train.local.batch import Batch
+from components.train.local.critic import Critic
+from components.train.local.losses import policy_logprobs
 
 DUAL_CLIP = 3.0  # verl's clip_ratio_c: the loss of a negative advantage is at most DUAL_CLIP x |A| (dual-clip PPO)
 MAX_LOG_RATIO = 20.0  # verl clamps the log-ratio to this, for stability
