@@ -1,6 +1,7 @@
 """The layer rules: a module imports only its own package and packages of strictly lower layers (LAYERS,
-bottom to top: a package or top-level module of components/; flows/ above everything). Inside a package, imports
-point one way too: no module imports itself back through others (no cycle). Lazy imports count."""
+bottom to top: a package or top-level module of components/, or a nested package of NESTED; flows/ above
+everything). Inside a package, imports point one way too: no module imports itself back through others (no cycle).
+Lazy imports count."""
 
 from __future__ import annotations
 
@@ -19,26 +20,34 @@ LAYERS: list[set[str]] = [
     {"rollout"},  # chat format, episode set-up, multi-turn generation, trajectories
     {"model"},  # loading, attention, the frozen top layers, the tiny model
     {"base_model", "evaluation"},  # the base_model stage (sources, priming, warm-up); agent and baselines scored
-    {"rl", "validation", "serving"},  # the local trainer; GX suites; ask, pyfunc agent
+    {"train.local", "validation", "serving"},  # the local train backend; GX suites; ask, pyfunc agent
     {"registry"},  # the champion: the register stage, the gate, registration, promote and rollback
-    {"verl_backend"},  # verl on Ray + vLLM (uses rl's estimator table)
-    {"training", "stages"},  # stage functions and the stage table
+    {"train.verl"},  # the verl train backend on Ray + vLLM (uses the local backend's grpo_process, question split)
+    {"train", "stages"},  # the train stage over its two backends (components/train/stage.py); the stage table
     {"dvc_deps"},  # dvc.yaml's code deps, from the stage table and the import graph
     {"cli"},  # the agentr1 command
     {"flows"},  # the Prefect orchestrator
 ]
 MODULE_LAYER: dict[str, str] = {}  # a module placed above the rest of its package (none now)
+# Packages nested in a components package that are layer units of their own, named "<package>.<name>": the train
+# stage's backends sit below it (the stage imports them; neither imports the stage, the local one not the verl one).
+NESTED: tuple[str, ...] = ("components.train.local", "components.train.verl")
+_NESTED_PARENTS = {n.rpartition(".")[0] for n in NESTED}
 
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 
 
 def unit(module: str) -> str | None:
-    """The layer unit of a dotted module name: a components package or top-level module, or flows."""
+    """The layer unit of a dotted module name: a nested package of NESTED, a components package or top-level
+    module, or flows."""
     if module in MODULE_LAYER:
         return MODULE_LAYER[module]
     parts = module.split(".")
     if parts[0] == "flows":
         return "flows"
+    for nested in NESTED:
+        if module == nested or module.startswith(nested + "."):
+            return nested.removeprefix("components.")
     if parts[0] == "components" and len(parts) > 1:
         return parts[1]
     return None
@@ -64,8 +73,10 @@ def _imports(path: Path, dotted: str) -> list[tuple[int, str]]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
-            # `from components import artifacts` imports the submodule: judge each name as a module
-            found += [(node.lineno, f"{base}.{a.name}" if base in ("components", "flows") else base) for a in node.names]
+            # `from components import artifacts` (or `from components.train import local`) imports the submodule:
+            # judge each name as a module
+            judge_names = base in ("components", "flows") or base in _NESTED_PARENTS
+            found += [(node.lineno, f"{base}.{a.name}" if judge_names else base) for a in node.names]
     return found
 
 
@@ -159,17 +170,43 @@ def test_no_import_points_upwards_or_sideways():
 def test_the_rules_catch_a_violation(tmp_path):
     """A config module importing a backend, and a component importing flows, are named with file:line."""
     root = tmp_path
-    (root / "components" / "verl_backend").mkdir(parents=True)
+    (root / "components" / "train" / "verl").mkdir(parents=True)
     (root / "flows").mkdir()
-    (root / "components" / "config.py").write_text("import os\nfrom components.verl_backend.config import X\n")
-    (root / "components" / "verl_backend" / "config.py").write_text("from components.config import Config\n")
+    (root / "components" / "config.py").write_text("import os\nfrom components.train.verl.config import X\n")
+    (root / "components" / "train" / "verl" / "config.py").write_text("from components.config import Config\n")
     (root / "components" / "cli.py").write_text("def f():\n    from flows.pipeline import pipeline\n")
     (root / "flows" / "pipeline.py").write_text("from components import cli\n")
     assert violations(root) == [
         f"components/cli.py:2: components.cli (cli) imports flows.pipeline (flows): layer {RANK['flows']} is not "
         f"below layer {RANK['cli']}",
-        "components/config.py:2: components.config (config) imports components.verl_backend.config (verl_backend): "
-        f"layer {RANK['verl_backend']} is not below layer {RANK['config']}",
+        "components/config.py:2: components.config (config) imports components.train.verl.config (train.verl): "
+        f"layer {RANK['train.verl']} is not below layer {RANK['config']}",
+    ]
+
+
+def test_the_train_backends_sit_below_their_stage(tmp_path):
+    """The stage imports both backends and the verl backend the local one; a backend importing the stage, or the
+    local backend importing the verl one (lazily, as `from components.train import verl`), is named."""
+    train = tmp_path / "components" / "train"
+    (train / "local").mkdir(parents=True)
+    (train / "verl").mkdir()
+    (tmp_path / "flows").mkdir()
+    (train / "stage.py").write_text("from components.train.local.train import run\n"
+                                    "from components.train.verl import launch\n")
+    (train / "verl" / "launch.py").write_text("from components.train.local import grpo_process\n")
+    (train / "local" / "grpo_process.py").write_text("from components.train.local.batch import Batch\n")
+    assert violations(tmp_path) == []
+    (train / "local" / "train.py").write_text("from components.train import stage\n"
+                                              "def f():\n    from components.train import verl\n")
+    (train / "verl" / "export.py").write_text("from components.train.stage import CurveRecorder\n")
+    assert unit("components.train") == unit("components.train.stage") == "train"
+    assert violations(tmp_path) == [
+        "components/train/local/train.py:1: components.train.local.train (train.local) imports components.train.stage "
+        f"(train): layer {RANK['train']} is not below layer {RANK['train.local']}",
+        "components/train/local/train.py:3: components.train.local.train (train.local) imports components.train.verl "
+        f"(train.verl): layer {RANK['train.verl']} is not below layer {RANK['train.local']}",
+        "components/train/verl/export.py:1: components.train.verl.export (train.verl) imports components.train.stage "
+        f"(train): layer {RANK['train']} is not below layer {RANK['train.verl']}",
     ]
 
 
