@@ -172,6 +172,22 @@ def test_weights_after_an_optimizer_step_reach_vllm(real):
         trainer.actor.sync()
 
 
+def test_a_sync_sends_weights_only_after_they_changed(real, monkeypatch):
+    """An evaluation's sync right before the next step's costs nothing: the trainable weights have not moved."""
+    _, _, trainer = real
+    trainer.actor.sync()
+    sent = []
+    engine = trainer.actor.model
+    monkeypatch.setattr(engine, "load_weights", lambda weights: sent.append([n for n, _ in weights]))
+    trainer.actor.sync()
+    assert sent == []
+    p = next(p for p in trainer.policy.parameters() if p.requires_grad)
+    with torch.no_grad():
+        p.add_(0.0)  # an in-place write, as an optimizer step makes
+    trainer.actor.sync()
+    assert len(sent) == 1 and sent[0] == [n for n, q in trainer.policy.named_parameters() if q.requires_grad]
+
+
 def test_evaluation_runs_on_vllm(real):
     cfg, questions, trainer = real
     trainer.actor.sync()

@@ -89,6 +89,7 @@ class RolloutWeights:
 
         self.policy = policy
         self.sent_all = False  # a vLLM process gets every weight once (a resumed policy differs from model_dir)
+        self.synced: tuple[int, ...] | None = None  # the trainable weights' versions at the last sync
         if cfg.rollout.engine == "vllm":
             if model_dir is None:
                 raise ValueError("rollout.engine: vllm needs the model directory the vLLM process starts from")
@@ -102,6 +103,11 @@ class RolloutWeights:
         """Bring the rollout's weights to the policy's: only the trainable ones change in an update."""
         if self.model is self.policy:
             return
+        # torch bumps a tensor's _version at every in-place write (optimizer step, load_state_dict): unchanged
+        # versions mean the rollout already has these weights, e.g. an evaluation right before the next step.
+        versions = tuple(p._version for p in self.policy.parameters() if p.requires_grad)
+        if self.sent_all and versions == self.synced:
+            return
         changed = [(n, p) for n, p in self.policy.named_parameters() if p.requires_grad or not self.sent_all]
         if isinstance(self.model, VllmEngine):
             self.model.load_weights(changed)
@@ -110,7 +116,7 @@ class RolloutWeights:
             with torch.no_grad():
                 for name, p in changed:
                     mine[name].copy_(p)
-        self.sent_all = True
+        self.sent_all, self.synced = True, versions
 
     def close(self) -> None:
         if isinstance(self.model, VllmEngine):
