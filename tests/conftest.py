@@ -64,9 +64,8 @@ def pytest_report_header(config):
 # - otherwise the tests of one module (module fixtures are built once).
 # (xdist's own --dist loadgroup marks do not work with pytest 9: it renames nodes through an attribute pytest 9
 # no longer reads. So the controller groups node ids itself, and each worker checks the grouping at collection.)
-SHARED_FILES = {"tests/test_eval_report.py": "evaluated", "tests/test_progress.py": "evaluated",
-                "tests/test_dvc_deps.py": "built", "tests/test_flows.py": "built", "tests/test_e2e_dvc.py": "built",
-                "tests/test_readme_ask.py": "built"}
+# (`built` is shared by the workers through a lock, tests/built_project.py: its modules spread over both.)
+SHARED_FILES = {"tests/test_eval_report.py": "evaluated", "tests/test_progress.py": "evaluated"}
 ES_FIXTURES = {"es_url", "es_local", "es_backend"}
 LONGEST_FIRST = ["tests/test_learning.py", "tests/test_flows.py", "tests/test_e2e_dvc.py", "tests/test_dvc_deps.py",
                  "tests/test_rl_train.py"]  # fmt: skip

@@ -311,7 +311,7 @@ def test_a_scheduled_run_killed_in_train_and_in_register_is_crashed_and_the_next
     longer = {"train__steps": 40, "train__checkpoint_every": 4}  # retrains: train, evaluate and register re-run
     reference = built.copy(tmp_path / "reference")
     _set_params(reference, **longer)
-    run(["dvc", "repro"], reference)  # the same change, uninterrupted
+    run(["dvc", "repro", "train"], reference)  # the same change, uninterrupted: its weights are the reference
 
     project = built.copy(tmp_path / "p")
     env = {**env_for(project), "PREFECT_API_URL": prefect_api, "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
