@@ -23,7 +23,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(ROOT)/$(BIN):$(PATH)
 
-.PHONY: setup vllm data browser run summary ui serve plots test test-learning es-start es-stop bench dvc-deps clean distclean
+.PHONY: setup vllm data browser run summary ui serve plots test test-fast test-learning es-start es-stop bench dvc-deps clean distclean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -120,6 +120,10 @@ test:
 	trap 'wait; scripts/es.sh stop' EXIT
 	$(MAKE) --no-print-directory setup vllm browser
 	$(BIN)/python -m pytest -q -n 2 --no-loadscope-reorder --durations=30
+
+# The inner loop: the unit tests alone, no Elasticsearch, pipeline processes, servers, vLLM or browser (a few minutes).
+test-fast: setup
+	$(BIN)/python -m pytest -q -n 2 --no-loadscope-reorder -m "not slow and not es and not e2e"
 
 test-learning: setup
 	$(BIN)/python -m pytest -q -s tests/test_learning.py

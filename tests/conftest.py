@@ -67,6 +67,11 @@ def pytest_report_header(config):
 # (`built` is shared by the workers through a lock, tests/built_project.py: its modules spread over both.)
 SHARED_FILES = {"tests/test_eval_report.py": "evaluated", "tests/test_progress.py": "evaluated"}
 ES_FIXTURES = {"es_url", "es_local", "es_backend"}
+# Modules that run the pipeline's processes, a server, vLLM or a browser: marked `e2e`, left out of `make test-fast`
+# (with the `slow` and `es` tests) and run by `make test`.
+E2E_FILES = {f"tests/test_{name}.py" for name in (
+    "flows", "e2e_dvc", "dvc_deps", "concurrent_runs", "mlflow_ui", "serve", "ask", "readme_ask", "progress",
+    "eval_report", "vllm_engine", "real_model", "learning")}  # fmt: skip
 LONGEST_FIRST = ["tests/test_learning.py", "tests/test_flows.py", "tests/test_e2e_dvc.py", "tests/test_dvc_deps.py",
                  "tests/test_rl_train.py"]  # fmt: skip
 
@@ -80,6 +85,8 @@ def xdist_group(nodeid: str) -> str:
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        if item.nodeid.split("::")[0] in E2E_FILES:
+            item.add_marker(pytest.mark.e2e)
         uses = set(getattr(item, "fixturenames", ()))
         shared = sorted(set(SHARED_FILES.values()) & uses)  # a shared session fixture is named after its group
         want = "elasticsearch" if uses & ES_FIXTURES else shared[0] if shared else None

@@ -345,6 +345,7 @@ def _weights(art: Path) -> dict[str, torch.Tensor]:
     return load_file(art / "models" / "trained" / "model.safetensors")
 
 
+@pytest.mark.e2e  # a process killed mid-run
 def test_resume_after_kill_9_at_any_point_is_bit_identical(primed, tmp_path):
     """Killed after step 5 (evaluated at 4, checkpoint at 3) and after writing checkpoint 9 before its metrics
     reached MLflow (evaluated at 8), each time resumed. The result equals an uninterrupted run: weights, the
@@ -379,6 +380,7 @@ def test_resume_after_kill_9_at_any_point_is_bit_identical(primed, tmp_path):
     assert _trace_steps(art) == _trace_steps(ref_art) == {str(s): per_step for s in (2, 4, 6, 8, 10)}
 
 
+@pytest.mark.e2e  # a process killed mid-run
 def test_a_run_that_stopped_at_its_target_resumes_to_the_same_end(primed, tmp_path):
     """stop_at_target: killed right after writing the target step's checkpoint. The resumed run adds no step past
     the target (it went on to train.steps) and equals the uninterrupted one."""

@@ -217,6 +217,7 @@ def _killed_register(cfg, tmp_path, where: str) -> None:
     assert proc.returncode == -9 and f"KILLED {where}" in proc.stdout, proc.stderr[-3000:]
 
 
+@pytest.mark.e2e  # a process killed mid-run
 def test_killed_registrations_are_cleaned_up_and_never_champion(mlflow_uri, tmp_path):
     """register SIGKILLed while it uploads the model, and again right after the version is made: the champion stays,
     the half-registered version cannot be promoted, and the next register run removes both leftovers."""
