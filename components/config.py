@@ -535,11 +535,16 @@ class TrainConfig(Section):
     target_em: float | None = Field(default=0.9, ge=0, le=1, description="dev EM whose first step is reported")
     stop_at_target: bool = Field(default=False, description="stop once dev EM reaches target_em")
     checkpoint_every: int = Field(default=20, ge=1)
+    keep: Literal["last", "best"] = Field(
+        default="last", description="the model the stage writes: the last step's, or the one whose dev evaluation "
+        "had the best EM on train.datasets[0] (the step-0 evaluation, the base policy, included)")  # fmt: skip
     log_trajectories_every: int = Field(default=50, ge=1)
     verl: VerlConfig = VerlConfig()  # knobs only the verl backend has
 
     @model_validator(mode="after")
     def _groups(self) -> TrainConfig:
+        if self.keep == "best" and not self.eval_every:
+            raise ValueError("train.keep=best needs dev evaluations to choose from: set train.eval_every above 0")
         if self.algorithm in GROUPED and self.group_size < 2:
             raise ValueError(f"train.group_size must be at least 2 for train.algorithm={self.algorithm} (its baseline "
                              f"is the other episodes of a question's group; with 1 every advantage is 0)")  # fmt: skip
@@ -630,7 +635,8 @@ class Config(Section):
             for key, on in (("agent.force_first_search", self.agent.force_first_search),
                             ("train.entropy_floor", self.train.entropy_floor is not None),
                             ("train.max_minutes", self.train.max_minutes is not None),
-                            ("train.curriculum.steps", self.train.curriculum.steps > 0)):  # fmt: skip
+                            ("train.curriculum.steps", self.train.curriculum.steps > 0),
+                            ("train.keep", self.train.keep == "best")):  # fmt: skip
                 if on:
                     raise ValueError(f"{key} is a local-trainer knob: train.backend=verl does not implement it")
         return self

@@ -491,6 +491,43 @@ def test_a_time_budget_stops_after_the_step_that_passes_it_and_the_next_call_res
     assert result["steps"] == 2.0 and ckpt.latest(root).name == "step-00000002"
 
 
+def test_keep_best_writes_the_policy_of_the_best_dev_evaluation(primed, tmp_path):
+    """train.keep=best: the stage writes the policy of the first evaluation with the best dev EM (the base policy's,
+    step 0, included), and that evaluation is its result; the weights equal those of a run stopped at that step."""
+    from safetensors.torch import load_file
+
+    def raw(art: Path, **over) -> dict:
+        raw = resume_raw(art)
+        raw["train"].update(eval_every=1, eval_questions=10, **over)
+        return raw
+
+    art = fresh(primed, tmp_path / "best")
+    rec = Recorder()
+    result = train.run(parse_config(raw(art, steps=6, keep="best")), rec)
+    ems = {s: m["dev/synthetic/em"] for s, m in rec.metrics.items() if "dev/synthetic/em" in m}
+    assert sorted(ems) == list(range(7)) and len(set(ems.values())) > 1, ems  # a choice to make
+    kept = min(ems, key=lambda s: (-ems[s], s))
+    assert result["kept_step"] == kept and rec.tags["train.kept_step"] == str(kept)
+    assert result["dev/synthetic/em"] == ems[kept] and result["steps"] == 6
+    if kept:
+        ref = fresh(primed, tmp_path / "ref")
+        train.run(parse_config(raw(ref, steps=kept)), NullTracker())
+        expected = load_file(ref / "models" / "trained" / "model.safetensors")
+    else:
+        expected = load_file(art / "models" / "base" / "model.safetensors")
+    got = load_file(art / "models" / "trained" / "model.safetensors")
+    assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in got)
+
+
+def test_keep_best_needs_evaluations_and_the_local_trainer(tmp_path):
+    with pytest.raises(ValueError, match="train.keep=best needs dev evaluations"):
+        parse_config(small_raw(tmp_path, keep="best", eval_every=0))
+    raw = small_raw(tmp_path, keep="best")
+    raw["train"]["backend"] = "verl"
+    with pytest.raises(ValueError, match="train.keep is a local-trainer knob"):
+        parse_config(raw)
+
+
 def test_the_verl_backend_refuses_a_time_budget(tmp_path):
     raw = small_raw(tmp_path, max_minutes=5)
     raw["train"]["backend"] = "verl"

@@ -178,7 +178,7 @@ class TrainLog:
         self.start = 0
         self.curve: list[tuple[int, dict[str, Any]]] = []  # checkpointed
         self.pending: list[tuple[int, dict[str, Any]]] = []  # not yet checkpointed (nor logged)
-        self.history: dict[str, Any] = {"best_em": None, "steps_to_target": None}
+        self.history: dict[str, Any] = {"best_em": None, "best_step": None, "best_eval": {}, "steps_to_target": None}
         self.lineage: str | None = tracker.run_id
         self.logged: set[str] | None = set()  # trace keys the lineage logged; None until read from the store
 
@@ -204,13 +204,17 @@ class TrainLog:
             self.tracker.log_traces(new, f"train/step {n}")
             self.logged |= {trace_key(e.tags) for e in new}
 
-    def dev_em(self, n: int, em: float | None, target: float | None) -> None:
-        """Note held-out dev EM after step n: the best so far, and the first step that reached `target`."""
+    def dev_em(self, n: int, em: float | None, target: float | None, evaluation: dict[str, float]) -> bool:
+        """Note held-out dev EM after step n: the best so far (and its step and evaluation), and the first step that
+        reached `target`. True when step n is the new best (the first evaluation is)."""
         if em is None:
-            return
-        self.history["best_em"] = max(em, self.history["best_em"] or 0.0)
+            return False
+        best = self.history["best_em"] is None or em > self.history["best_em"]
+        if best:
+            self.history.update(best_em=em, best_step=n, best_eval=dict(evaluation))
         if target is not None and em >= target and self.history["steps_to_target"] is None:
             self.history["steps_to_target"] = n
+        return best
 
     def last_eval(self) -> dict[str, float]:
         """The dev metrics of the curve's last evaluated step ({} when none)."""

@@ -11,6 +11,7 @@ import copy
 import hashlib
 import json
 import random
+import shutil
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -199,6 +200,12 @@ def build_trainer(cfg: Config) -> Trainer:
     return Trainer(cfg, policy, tok, make_backend(cfg), train_qs, eval_sets, artifacts.base_model(cfg))
 
 
+def keep_best(trainer: Trainer, best_dir: Path) -> None:
+    """Write the policy as the best so far (train.keep=best), replacing the previous best whole."""
+    with atomic_path(best_dir) as tmp:
+        trainer.policy.save_pretrained(tmp)
+
+
 def run(cfg: Config, tracker) -> dict[str, float]:
     """Train; returns the final metrics. Resumes from the latest checkpoint under artifacts/train/checkpoints."""
     tc = cfg.train
@@ -222,9 +229,12 @@ def _train(cfg: Config, tracker, trainer: Trainer) -> dict[str, float]:
     end = start if tc.stop_at_target and log.reached_target else tc.steps  # it had stopped at its target
     tracker.set_tags({"train.algorithm": tc.algorithm, "train.backend": "local"})
     target_key = f"dev/{tc.datasets[0]}/em"
+    best_dir = checkpoint_root(cfg) / "best"  # train.keep=best: the best evaluated policy so far
     if start == 0 and tc.eval_every:
         final_eval = trainer.evaluate(0)
         log.record(0, final_eval)
+        if log.dev_em(0, final_eval.get(target_key), None, final_eval) and tc.keep == "best":
+            keep_best(trainer, best_dir)
     bar = tqdm(range(start, end), desc=f"train {tc.algorithm}", initial=start, total=tc.steps)
     started = time.perf_counter()
     for step in bar:
@@ -236,7 +246,8 @@ def _train(cfg: Config, tracker, trainer: Trainer) -> dict[str, float]:
             final_eval = trainer.evaluate(n)
             metrics.update(final_eval)
             log.log_traces(n, train_traces(cfg, trajs, n))  # a few of this step's episodes as MLflow traces
-            log.dev_em(n, final_eval.get(target_key), tc.target_em)
+            if log.dev_em(n, final_eval.get(target_key), tc.target_em, final_eval) and tc.keep == "best":
+                keep_best(trainer, best_dir)  # before the step's checkpoint: a resumed run finds it there
         if n % tc.log_trajectories_every == 0 or n == 1:
             text = "\n\n".join(transcript(t) for t in trajs[:: tc.group_size][:4])
             tracker.log_text(text, f"trajectories/step_{n:06d}.txt")
@@ -249,13 +260,21 @@ def _train(cfg: Config, tracker, trainer: Trainer) -> dict[str, float]:
         if done:
             break
     log.close()
+    kept = log.history.get("best_step") if tc.keep == "best" else None
     out_dir = artifacts.trained_model(cfg)
     with atomic_path(out_dir) as tmp:
-        trainer.policy.save_pretrained(tmp)
+        if kept is None:
+            trainer.policy.save_pretrained(tmp)
+        else:  # the best evaluated policy, and its evaluation is the result
+            shutil.copytree(best_dir, tmp, dirs_exist_ok=True)
+            final_eval = log.history.get("best_eval", final_eval)
+            tracker.set_tags({"train.kept_step": str(kept)})
         trainer.tok.save_pretrained(tmp)
     tracker.log_model(out_dir, "agent")
     result = dict(final_eval)
     result["steps"] = float(log.steps_done())
+    if kept is not None:
+        result["kept_step"] = float(kept)
     result["best_dev_em"] = float(log.history["best_em"] or 0.0)
     if log.reached_target:
         result["steps_to_target"] = float(log.history["steps_to_target"])
