@@ -2,7 +2,7 @@
 
 import pytest
 
-from components.agent.rewards import exact_match, f1, normalize_answer, outcome_reward, process_reward
+from components.agent.rewards import exact_match, f1, is_yes_no, normalize_answer, outcome_reward, process_reward
 from components.config import RewardConfig
 
 
@@ -52,3 +52,8 @@ def test_answer_format_and_metric_in_the_outcome():
     assert outcome_reward("the rival is Kelitu", ["Kelitu"], w) == pytest.approx(1.5)
     assert outcome_reward("Dozi", ["Kelitu"], w) == pytest.approx(0.5)  # well-formed, wrong
     assert outcome_reward(None, ["Kelitu"], w) == pytest.approx(-0.2)
+
+
+def test_yes_no_answers_are_the_collapse_monitors_guesses():
+    assert [is_yes_no(a) for a in ("Yes", " no.", "The yes", "No way", "Norway", "", None)] == [
+        True, True, True, False, False, False, False]

@@ -29,6 +29,11 @@ def normalize_answer(s: str) -> str:
     return white_space_fix(remove_articles(remove_punc(s.lower())))
 
 
+def is_yes_no(answer: str | None) -> bool:
+    """A bare "yes" or "no": the guess a policy that stopped searching falls back on (2Wiki's comparisons)."""
+    return answer is not None and normalize_answer(answer) in {"yes", "no"}
+
+
 def _f1_single(prediction: str, ground_truth: str) -> float:
     # HotpotQA: yes/no/noanswer must match exactly, otherwise token-level F1.
     pred, gold = normalize_answer(prediction), normalize_answer(ground_truth)

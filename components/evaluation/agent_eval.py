@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from components.agent.parser import ANSWER_OPEN
-from components.agent.rewards import exact_match, f1
+from components.agent.rewards import exact_match, f1, is_yes_no
 from components.config import AgentConfig, RolloutConfig
 from components.data.schema import Question
 from components.evaluation.answers import plain_answer
@@ -124,6 +124,7 @@ def summarize(results: Sequence[AgentResult], prefix: str = "") -> dict[str, flo
         f"{prefix}turns": sum(r.turns for r in results) / n,
         f"{prefix}searches": sum(r.searches for r in results) / n,
         f"{prefix}answered": sum(r.prediction is not None for r in results) / n,
+        f"{prefix}yes_no": sum(is_yes_no(r.prediction) for r in results) / n,  # a collapse shows here
     }
     if any(r.plain for r in results):
         out |= {

@@ -31,14 +31,16 @@ def _metrics(report: dict, system: str) -> dict:
 
 
 def table(report: dict, dataset: str, split: str) -> list[str]:
-    cols = ["em", "f1", "answered", "searches", "turns", "em_strict", "f1_strict"]
-    lines = ["| system | EM | F1 | answered | searches | turns | EM / F1 strict |", "|---|---|---|---|---|---|---|"]
+    cols = ["em", "f1", "answered", "yes_no", "searches", "turns", "em_strict", "f1_strict"]
+    lines = ["| system | EM | F1 | answered | yes/no | searches | turns | EM / F1 strict |",
+             "|---|---|---|---|---|---|---|---|"]
     for system in SYSTEMS:
         m = {c: _metrics(report, system).get(c, {}).get(dataset, {}).get(split) for c in cols}
         if m["em"] is None:
             continue
         strict = f"{m['em_strict']:.3f} / {m['f1_strict']:.3f}" if m["em_strict"] is not None else ""
-        lines.append(f"| {system} | {m['em']:.3f} | {m['f1']:.3f} | {m['answered']:.2f} | {m['searches']:.2f} | "
+        yes_no = f"{m['yes_no']:.2f}" if m["yes_no"] is not None else ""  # eval.json from before the column
+        lines.append(f"| {system} | {m['em']:.3f} | {m['f1']:.3f} | {m['answered']:.2f} | {yes_no} | {m['searches']:.2f} | "
                      f"{m['turns']:.2f} | {strict} |")  # fmt: skip
     return lines
 

@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from components import artifacts
+from components.agent.rewards import is_yes_no
 from components.config import Config
 from components.data.prepare import read_questions
 from components.data.schema import Question
@@ -144,6 +145,7 @@ class Trainer:
             "searches": float(np.mean([e.n_valid_calls for e in eps])),
             "tool_call_validity": sum(e.n_valid_calls for e in eps) / n_calls if n_calls else 1.0,
             "answered": float(np.mean([e.answer is not None for e in eps])),
+            "yes_no": float(np.mean([is_yes_no(e.answer) for e in eps])),  # with searches: the collapse monitor
             "support_recall": mean_of([e.support_recall for e in eps]),  # what the searches found of the gold support
             "answer_seen": float(np.mean([e.answer_seen for e in eps])),  # a gold answer was in an observation
             "response_tokens": float(batch.response_mask.sum(-1).mean()),
