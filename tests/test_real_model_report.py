@@ -32,6 +32,23 @@ def test_comparisons_pair_questions_and_split_the_synthetic_world_by_hops(tmp_pa
     assert table[4].endswith("| +1.000 [+1.000, +1.000] | +0.500 [+0.200, +0.800] |")  # F1: the agent's is 1 throughout
 
 
+def test_wins_and_losses_list_the_questions_where_the_agent_and_naive_rag_differ(tmp_path):
+    rows = []
+    for i in range(30):
+        agent, naive = float(i % 3 == 0), float(i % 3 == 1)  # 10 wins, 10 losses, 10 ties
+        rows += [{"system": "agent", "set": "hotpotqa/dev", "question_id": f"q{i}", "question": f"Q{i} a|b?",
+                  "answers": [f"gold{i}"], "prediction": f"agent{i}", "searches": 2, "em": agent},
+                 {"system": "naive_rag", "set": "hotpotqa/dev", "question_id": f"q{i}", "question": f"Q{i} a|b?",
+                  "answers": [f"gold{i}"], "prediction": None, "searches": 0, "em": naive}]  # fmt: skip
+    path = tmp_path / "predictions.jsonl"
+    path.write_text("\n".join(map(json.dumps, rows)))
+    lines = real_model.wins_and_losses(path, "hotpotqa/dev", n=4)
+    assert lines[0] == "### hotpotqa/dev: the agent beats naive_rag (10 of 30 questions; the first 4)"
+    assert lines[4] == "| Q0 a\\|b? | gold0 | agent0 (2) | None |" and lines[8] == ""  # "|" escaped; 4 rows
+    losses_at = next(i for i, line in enumerate(lines) if "loses to naive_rag (10 of 30" in line)
+    assert [line.split(" |")[0] for line in lines[losses_at + 4: losses_at + 8]] == ["| Q1 a\\|b?", "| Q4 a\\|b?", "| Q7 a\\|b?", "| Q10 a\\|b?"]
+
+
 def test_the_report_names_the_profile_its_model_and_the_gpu(tmp_path, monkeypatch):
     import sys
 

@@ -80,6 +80,27 @@ def comparisons(predictions: Path, sets: list[str]) -> list[str]:
     return lines
 
 
+def wins_and_losses(predictions: Path, name: str, other: str = "naive_rag", n: int = 10) -> list[str]:
+    """The first `n` questions of set `name` where the trained agent's EM beats `other`'s, and the first `n` where
+    it loses: the question, the gold answers and both answers (the agent's with its searches)."""
+    rows = [json.loads(line) for line in predictions.read_text().splitlines() if line.strip()]
+    by = {(r["system"], r["question_id"]): r for r in rows if r["set"] == name}
+    pairs = [(a, by[(other, q)]) for (s, q), a in by.items() if s == "agent" and (other, q) in by]
+
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")[:160]
+
+    lines = []
+    for title, keep in (("beats", lambda a, b: a["em"] > b["em"]), ("loses to", lambda a, b: a["em"] < b["em"])):
+        chosen = [(a, b) for a, b in pairs if keep(a, b)]
+        lines += [f"### {name}: the agent {title} {other} ({len(chosen)} of {len(pairs)} questions; the first {n})", "",
+                  f"| question | gold | agent (searches) | {other} |", "|---|---|---|---|"]  # fmt: skip
+        lines += [f"| {cell(a['question'])} | {cell(' / '.join(a['answers']))} | {cell(a['prediction'])} "
+                  f"({a['searches']}) | {cell(b['prediction'])} |" for a, b in chosen[:n]]  # fmt: skip
+        lines.append("")
+    return lines
+
+
 def write(cfg, overrides: dict, seconds: dict[str, float], out: str | Path) -> list[str]:
     """The report of the run `cfg` names (`seconds`: wall time per stage run here), written to `out`; its lines."""
     metrics, curve_csv = artifacts.eval_metrics(cfg), artifacts.train_curve(cfg)
@@ -96,6 +117,9 @@ def write(cfg, overrides: dict, seconds: dict[str, float], out: str | Path) -> l
     if predictions.exists():
         lines += ["## Trained agent against the baselines (paired bootstrap over questions)", "",
                   *comparisons(predictions, [f"{s.dataset}/{s.split}" for s in cfg.evaluate.sets]), ""]  # fmt: skip
+        lines += ["## Where the agent beats naive RAG, and where it loses (full episodes: artifacts/eval/report.html)", ""]
+        for spec in cfg.evaluate.sets:
+            lines += wins_and_losses(predictions, f"{spec.dataset}/{spec.split}")
     dev = [k for k in (curve[0] if curve else {}) if k.startswith("dev/") and k.endswith(("/em", "/f1"))]
     if dev:
         lines += ["## Dev curve (greedy, train.eval_questions per set)", "", "| step | " + " | ".join(dev) + " |",
