@@ -123,7 +123,7 @@ test:
 
 # The inner loop: the unit tests alone, no Elasticsearch, pipeline processes, servers, vLLM or browser (a few minutes).
 test-fast: setup
-	$(BIN)/python -m pytest -q -n 2 --no-loadscope-reorder -m "not slow and not es and not e2e"
+	$(BIN)/python -m pytest -q -n 2 --no-loadscope-reorder -m "not slow and not es and not e2e" --durations=15
 
 test-learning: setup
 	$(BIN)/python -m pytest -q -s tests/test_learning.py
