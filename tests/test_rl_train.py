@@ -519,6 +519,37 @@ def test_keep_best_writes_the_policy_of_the_best_dev_evaluation(primed, tmp_path
     assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in got)
 
 
+def test_keep_best_survives_an_interrupted_run(primed, tmp_path, monkeypatch):
+    """Interrupted after step 4 (checkpoint 3 on disk) and again after step 5, each time resumed: the kept policy,
+    its step and its evaluation equal an uninterrupted run's."""
+    from safetensors.torch import load_file
+
+    def raw(art: Path) -> dict:
+        raw = resume_raw(art)
+        raw["train"].update(steps=6, eval_every=1, eval_questions=10, keep="best")
+        return raw
+
+    ref = fresh(primed, tmp_path / "ref")
+    expected = train.run(parse_config(raw(ref)), NullTracker())
+    art = fresh(primed, tmp_path / "killed")
+    step = train.Trainer.step
+    for stop_at in (4, 5):
+        def interrupted(self, s, stop_at=stop_at):
+            if s == stop_at:
+                raise KeyboardInterrupt
+            return step(self, s)
+
+        monkeypatch.setattr(train.Trainer, "step", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            train.run(parse_config(raw(art)), NullTracker())
+    monkeypatch.setattr(train.Trainer, "step", step)
+    result = train.run(parse_config(raw(art)), NullTracker())
+    assert {k: v for k, v in result.items() if not k.endswith("_s")} == {
+        k: v for k, v in expected.items() if not k.endswith("_s")}
+    got, want = (load_file(a / "models" / "trained" / "model.safetensors") for a in (art, ref))
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in got)
+
+
 def test_keep_best_needs_evaluations_and_the_local_trainer(tmp_path):
     with pytest.raises(ValueError, match="train.keep=best needs dev evaluations"):
         parse_config(small_raw(tmp_path, keep="best", eval_every=0))
