@@ -25,7 +25,7 @@ def test_comparisons_pair_questions_and_split_the_synthetic_world_by_hops(tmp_pa
                          "f1": 1.0 if system == "agent" else em})  # fmt: skip
     path = tmp_path / "predictions.jsonl"
     path.write_text("\n".join(map(json.dumps, rows)))
-    table = real_model.comparisons(path, ["synthetic/dev"])
+    table = real_model.comparisons(real_model.read_predictions(path), ["synthetic/dev"])
     assert table[2].startswith("| synthetic/dev all | 20 | +0.500 [")
     assert table[3].startswith("| synthetic/dev 1-hop | 10 | +1.000 [+1.000, +1.000] | +0.500 [")
     assert table[4].startswith("| synthetic/dev 2-hop | 10 | +0.000 [+0.000, +0.000] | -0.500 [")
@@ -42,7 +42,7 @@ def test_wins_and_losses_list_the_questions_where_the_agent_and_naive_rag_differ
                   "answers": [f"gold{i}"], "prediction": None, "searches": 0, "em": naive}]  # fmt: skip
     path = tmp_path / "predictions.jsonl"
     path.write_text("\n".join(map(json.dumps, rows)))
-    lines = real_model.wins_and_losses(path, "hotpotqa/dev", n=4)
+    lines = real_model.wins_and_losses(real_model.read_predictions(path), "hotpotqa/dev", n=4)
     assert lines[0] == "### hotpotqa/dev: the agent beats naive_rag (10 of 30 questions; the first 4)"
     assert lines[4] == "| Q0 a\\|b? | gold0 | agent0 (2) | None |" and lines[8] == ""  # "|" escaped; 4 rows
     losses_at = next(i for i, line in enumerate(lines) if "loses to naive_rag (10 of 30" in line)

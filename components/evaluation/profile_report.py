@@ -53,10 +53,14 @@ def paired_bootstrap(a: list[float], b: list[float], n: int = 10000, seed: int =
     return float(d.mean()), float(lo), float(hi)
 
 
-def comparisons(predictions: Path, sets: list[str]) -> list[str]:
+def read_predictions(path: Path) -> list[dict]:
+    """The evaluate stage's predictions.jsonl: one row per (system, set, question)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def comparisons(rows: list[dict], sets: list[str]) -> list[str]:
     """Trained agent against the base agent and naive RAG, per set: the EM and F1 differences with their
     paired-bootstrap intervals; for the synthetic world also per number of hops (the question's "of"s)."""
-    rows = [json.loads(line) for line in predictions.read_text().splitlines() if line.strip()]
     score = {(r["system"], r["set"], r["question_id"], m): r[m] for r in rows for m in ("em", "f1")}
     hops = {r["question_id"]: r["question"].count(" of ") for r in rows}
     pairs = [(other, m) for m in ("em", "f1") for other in ("base_agent", "naive_rag")]
@@ -80,10 +84,9 @@ def comparisons(predictions: Path, sets: list[str]) -> list[str]:
     return lines
 
 
-def wins_and_losses(predictions: Path, name: str, other: str = "naive_rag", n: int = 10) -> list[str]:
+def wins_and_losses(rows: list[dict], name: str, other: str = "naive_rag", n: int = 10) -> list[str]:
     """The first `n` questions of set `name` where the trained agent's EM beats `other`'s, and the first `n` where
     it loses: the question, the gold answers and both answers (the agent's with its searches)."""
-    rows = [json.loads(line) for line in predictions.read_text().splitlines() if line.strip()]
     by = {(r["system"], r["question_id"]): r for r in rows if r["set"] == name}
     pairs = [(a, by[(other, q)]) for (s, q), a in by.items() if s == "agent" and (other, q) in by]
 
@@ -115,11 +118,12 @@ def write(cfg, overrides: dict, seconds: dict[str, float], out: str | Path) -> l
                   *table(report, spec.dataset, spec.split), ""]  # fmt: skip
     predictions = artifacts.eval_predictions(cfg)
     if predictions.exists():
+        rows = read_predictions(predictions)
         lines += ["## Trained agent against the baselines (paired bootstrap over questions)", "",
-                  *comparisons(predictions, [f"{s.dataset}/{s.split}" for s in cfg.evaluate.sets]), ""]  # fmt: skip
+                  *comparisons(rows, [f"{s.dataset}/{s.split}" for s in cfg.evaluate.sets]), ""]  # fmt: skip
         lines += ["## Where the agent beats naive RAG, and where it loses (full episodes: artifacts/eval/report.html)", ""]
         for spec in cfg.evaluate.sets:
-            lines += wins_and_losses(predictions, f"{spec.dataset}/{spec.split}")
+            lines += wins_and_losses(rows, f"{spec.dataset}/{spec.split}")
     dev = [k for k in (curve[0] if curve else {}) if k.startswith("dev/") and k.endswith(("/em", "/f1"))]
     if dev:
         lines += ["## Dev curve (greedy, train.eval_questions per set)", "", "| step | " + " | ".join(dev) + " |",
