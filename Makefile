@@ -118,7 +118,7 @@ plots: $(PLOTS_TEMPLATE)
 test:
 	if [[ -z "$${ES_URL:-}" ]]; then scripts/es.sh start >/dev/null 2>&1 & fi
 	trap 'wait; scripts/es.sh stop' EXIT
-	$(MAKE) --no-print-directory setup vllm browser
+	$(MAKE) --no-print-directory -j3 setup vllm browser  # side by side: 87 s against 116 s in a fresh clone
 	$(BIN)/python -m pytest -q -n 2 --no-loadscope-reorder --durations=30
 
 # The inner loop: the unit tests alone, no Elasticsearch, pipeline processes, servers, vLLM or browser (a few minutes).
