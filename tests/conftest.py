@@ -73,7 +73,7 @@ E2E_FILES = {f"tests/test_{name}.py" for name in (
     "flows", "e2e_dvc", "dvc_deps", "concurrent_runs", "mlflow_ui", "serve", "ask", "readme_ask", "progress",
     "eval_report", "vllm_engine", "real_model", "learning")}  # fmt: skip
 # Each group's seconds in a whole `make test` (EPYC Zen 4, 2 workers): the controller hands out the longest groups
-# first, so the two workers end together. Only the order matters; a group not listed counts as 0.
+# first, so no long group starts last. Only the order matters; a group not listed counts as 0.
 GROUP_SECONDS = {"tests/test_flows.py": 397, "tests/test_learning.py": 333, "tests/test_vllm_engine.py": 131,
                  "elasticsearch": 115, "tests/test_rl_train.py": 109, "tests/test_e2e_dvc.py": 90, "evaluated": 78,
                  "tests/test_real_model.py": 75, "tests/test_dvc_deps.py": 55, "tests/test_serve.py": 53,
