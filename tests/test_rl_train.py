@@ -339,10 +339,15 @@ def _trace_steps(art: Path) -> dict[str, int]:
     return dict(Counter(t.info.tags["agentr1.step"] for t in traces))
 
 
-def _weights(art: Path) -> dict[str, torch.Tensor]:
+def _weights(art: Path, model: str = "trained") -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    return load_file(art / "models" / "trained" / "model.safetensors")
+    return load_file(art / "models" / model / "model.safetensors")
+
+
+def _same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    """Bit-identical state dicts: the same tensor names, each tensor equal."""
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.e2e  # a process killed mid-run
@@ -366,8 +371,7 @@ def test_resume_after_kill_9_at_any_point_is_bit_identical(primed, tmp_path):
 
     searches = [float(r["train/searches"]) for r in _curve(ref_art)[1:]]
     assert sum(searches) > 0  # the policy searched, so retriever ties could matter
-    ref_w, w = _weights(ref_art), _weights(art)
-    assert ref_w.keys() == w.keys() and all(torch.equal(ref_w[k], w[k]) for k in ref_w)
+    assert _same_weights(_weights(ref_art), _weights(art))
     curve = _curve(art)
     assert [int(r["step"]) for r in curve] == list(range(11))  # every step exactly once, step 0 the first eval
     assert curve == _curve(ref_art)
@@ -395,8 +399,7 @@ def test_a_run_that_stopped_at_its_target_resumes_to_the_same_end(primed, tmp_pa
     resumed = _train(art, **over)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert [int(r["step"]) for r in _curve(art)] == [0, 1, 2] and _curve(art) == _curve(ref_art)
-    ref_w, w = _weights(ref_art), _weights(art)
-    assert all(torch.equal(ref_w[k], w[k]) for k in ref_w)
+    assert _same_weights(_weights(ref_art), _weights(art))
     assert _mlflow_history(art) == _mlflow_history(ref_art)
 
 
@@ -494,8 +497,6 @@ def test_a_time_budget_stops_after_the_step_that_passes_it_and_the_next_call_res
 def test_keep_best_writes_the_policy_of_the_best_dev_evaluation(primed, tmp_path):
     """train.keep=best: the stage writes the policy of the first evaluation with the best dev EM (the base policy's,
     step 0, included), and that evaluation is its result; the weights equal those of a run stopped at that step."""
-    from safetensors.torch import load_file
-
     def raw(art: Path, **over) -> dict:
         raw = resume_raw(art)
         raw["train"].update(eval_every=1, eval_questions=10, **over)
@@ -512,18 +513,15 @@ def test_keep_best_writes_the_policy_of_the_best_dev_evaluation(primed, tmp_path
     if kept:
         ref = fresh(primed, tmp_path / "ref")
         train.run(parse_config(raw(ref, steps=kept)), NullTracker())
-        expected = load_file(ref / "models" / "trained" / "model.safetensors")
+        expected = _weights(ref)
     else:
-        expected = load_file(art / "models" / "base" / "model.safetensors")
-    got = load_file(art / "models" / "trained" / "model.safetensors")
-    assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in got)
+        expected = _weights(art, "base")
+    assert _same_weights(expected, _weights(art))
 
 
 def test_keep_best_survives_an_interrupted_run(primed, tmp_path, monkeypatch):
     """Interrupted after step 4 (checkpoint 3 on disk) and again after step 5, each time resumed: the kept policy,
     its step and its evaluation equal an uninterrupted run's."""
-    from safetensors.torch import load_file
-
     def raw(art: Path) -> dict:
         raw = resume_raw(art)
         raw["train"].update(steps=6, eval_every=1, eval_questions=10, keep="best")
@@ -546,8 +544,7 @@ def test_keep_best_survives_an_interrupted_run(primed, tmp_path, monkeypatch):
     result = train.run(parse_config(raw(art)), NullTracker())
     assert {k: v for k, v in result.items() if not k.endswith("_s")} == {
         k: v for k, v in expected.items() if not k.endswith("_s")}
-    got, want = (load_file(a / "models" / "trained" / "model.safetensors") for a in (art, ref))
-    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in got)
+    assert _same_weights(_weights(art), _weights(ref))
 
 
 def test_keep_best_needs_evaluations_and_the_local_trainer(tmp_path):

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 
 from components.evaluation import machine
-from components.evaluation import profile_report as real_model
+from components.evaluation import profile_report
 from tests.conftest import ROOT
 
 
 def test_paired_bootstrap_brackets_the_mean_difference():
-    d, lo, hi = real_model.paired_bootstrap([1, 1, 1, 0] * 25, [0, 1, 0, 0] * 25)
+    d, lo, hi = profile_report.paired_bootstrap([1, 1, 1, 0] * 25, [0, 1, 0, 0] * 25)
     assert d == 0.5 and lo < 0.5 < hi and lo > 0.3 and hi < 0.7
-    assert real_model.paired_bootstrap([1, 0] * 10, [1, 0] * 10) == (0.0, 0.0, 0.0)  # identical systems
+    assert profile_report.paired_bootstrap([1, 0] * 10, [1, 0] * 10) == (0.0, 0.0, 0.0)  # identical systems
 
 
 def test_comparisons_pair_questions_and_split_the_synthetic_world_by_hops(tmp_path):
@@ -25,7 +25,7 @@ def test_comparisons_pair_questions_and_split_the_synthetic_world_by_hops(tmp_pa
                          "f1": 1.0 if system == "agent" else em})  # fmt: skip
     path = tmp_path / "predictions.jsonl"
     path.write_text("\n".join(map(json.dumps, rows)))
-    table = real_model.comparisons(real_model.read_predictions(path), ["synthetic/dev"])
+    table = profile_report.comparisons(profile_report.read_predictions(path), ["synthetic/dev"])
     assert table[2].startswith("| synthetic/dev all | 20 | +0.500 [")
     assert table[3].startswith("| synthetic/dev 1-hop | 10 | +1.000 [+1.000, +1.000] | +0.500 [")
     assert table[4].startswith("| synthetic/dev 2-hop | 10 | +0.000 [+0.000, +0.000] | -0.500 [")
@@ -42,7 +42,7 @@ def test_wins_and_losses_list_the_questions_where_the_agent_and_naive_rag_differ
                   "answers": [f"gold{i}"], "prediction": None, "searches": 0, "em": naive}]  # fmt: skip
     path = tmp_path / "predictions.jsonl"
     path.write_text("\n".join(map(json.dumps, rows)))
-    lines = real_model.wins_and_losses(real_model.read_predictions(path), "hotpotqa/dev", n=4)
+    lines = profile_report.wins_and_losses(profile_report.read_predictions(path), "hotpotqa/dev", n=4)
     assert lines[0] == "### hotpotqa/dev: the agent beats naive_rag (10 of 30 questions; the first 4)"
     assert lines[4] == "| Q0 a\\|b? | gold0 | agent0 (2) | None |" and lines[8] == ""  # "|" escaped; 4 rows
     losses_at = next(i for i, line in enumerate(lines) if "loses to naive_rag (10 of 30" in line)
