@@ -8,6 +8,7 @@ One vLLM process serves the whole module: its start-up is paid once."""
 from __future__ import annotations
 
 import copy
+import fcntl
 import sys
 
 import pytest
@@ -39,6 +40,17 @@ pytestmark = pytest.mark.slow
 MEAN_TOL = 0.1
 
 
+VLLM_LOCK = repo_root / ".cache" / "vllm-install.lock"  # held by `make test` while it installs vLLM's venv
+VLLM_LOG = repo_root / ".cache" / "vllm-install.log"
+
+
+def wait_for_vllm_install() -> None:
+    """Until `make test`'s background `make vllm` is done (at once when nothing installs)."""
+    if VLLM_LOCK.exists():
+        with open(VLLM_LOCK) as lock:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+
+
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
     root = tmp_path_factory.mktemp("vllm")
@@ -48,8 +60,10 @@ def real(tmp_path_factory):
         "agent.max_tokens_per_turn": 24, "train.questions_per_step": 2, "train.group_size": 2,
     }  # fmt: skip
     cfg = load_config(repo_root / "params.yaml", overrides)
+    wait_for_vllm_install()
     if not vllm_python(cfg.rollout).is_file():
-        pytest.fail(f"{vllm_python(cfg.rollout)} not found: `make test` installs it (`make vllm`)")
+        pytest.fail(f"{vllm_python(cfg.rollout)} not found: `make test` installs it (`make vllm`; its log: "
+                    f"{VLLM_LOG})")  # fmt: skip
     spec = next(s for s in cfg.data.datasets if s.name == "hotpotqa")
     table = PassageTable()
     questions = LOADERS[spec.format](spec.model_copy(update={"limit": 4}), repo_root / "data" / spec.path, table)
@@ -118,11 +132,11 @@ def test_the_same_batch_gives_the_same_episodes(real):
     trainer.actor.sync()
     a = _episodes(trainer, questions, seed=7, group_size=10, searched=True)
     b = _episodes(trainer, questions, seed=7, group_size=10, searched=True)
-    c = _episodes(trainer, questions, seed=8, group_size=10, searched=True)
+    c = _episodes(trainer, questions[:1], seed=8, group_size=2, searched=True)  # small: it only has to differ
     assert sum(t.prompt_len for t in a) > 8192
     assert [t.input_ids for t in a] == [t.input_ids for t in b]
     assert [t.logprobs for t in a] == [t.logprobs for t in b]
-    assert [t.input_ids for t in a] != [t.input_ids for t in c]  # the seed matters
+    assert [t.input_ids for t in a[:2]] != [t.input_ids for t in c]  # the seed matters
 
 
 def _score_gap(trainer, seqs) -> tuple[float, float]:
