@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import copy
 import fcntl
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -44,11 +47,31 @@ VLLM_LOCK = repo_root / ".cache" / "vllm-install.lock"  # held by `make test` wh
 VLLM_LOG = repo_root / ".cache" / "vllm-install.log"
 
 
-def wait_for_vllm_install() -> None:
+def wait_for_vllm_install(lock_path: Path = VLLM_LOCK) -> None:
     """Until `make test`'s background `make vllm` is done (at once when nothing installs)."""
-    if VLLM_LOCK.exists():
-        with open(VLLM_LOCK) as lock:
+    if lock_path.exists():
+        with open(lock_path) as lock:
             fcntl.flock(lock, fcntl.LOCK_SH)
+
+
+def test_the_fixture_waits_for_a_running_install_and_not_for_a_finished_one(tmp_path):
+    """As `make test` holds the lock: a process has it while it installs; the wait ends when that process does."""
+    lock = tmp_path / "install.lock"
+    wait_for_vllm_install(lock)  # no lock file: nothing installs
+    holder = subprocess.Popen(["flock", str(lock), "sleep", "3"])
+    try:
+        deadline = time.monotonic() + 10
+        while not lock.exists() or subprocess.run(["flock", "-n", str(lock), "true"]).returncode == 0:
+            assert time.monotonic() < deadline, "flock never took the lock"
+            time.sleep(0.05)
+        held = time.monotonic()
+        wait_for_vllm_install(lock)
+        assert time.monotonic() - held > 1.5  # it blocked while the install ran (3 s from before `held`)
+        assert holder.wait(timeout=10) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+    wait_for_vllm_install(lock)  # the file stays; nobody holds it
 
 
 @pytest.fixture(scope="module")
