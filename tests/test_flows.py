@@ -308,7 +308,7 @@ def test_a_scheduled_run_killed_in_train_and_in_register_is_crashed_and_the_next
     from components.registry.registration import COMPLETE, REGISTRATION_TAG
     from components.tracking.runs import STAGE_TAG
 
-    longer = {"train__steps": 40, "train__checkpoint_every": 4}  # retrains: train, evaluate and register re-run
+    longer = {"train__steps": 16, "train__checkpoint_every": 4}  # retrains: train, evaluate and register re-run
     reference = built.copy(tmp_path / "reference")
     _set_params(reference, **longer)
     run(["dvc", "repro", "train"], reference)  # the same change, uninterrupted: its weights are the reference
