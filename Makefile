@@ -119,6 +119,7 @@ plots: $(PLOTS_TEMPLATE)
 # tests/conftest.py groups what must share one worker and starts the longest groups first.
 VLLM_LOCK := .cache/vllm-install.lock
 test:
+	export ES_JIT=quick  # the suite's servers start and restart, and search little: C1 only (scripts/es.sh)
 	if [[ -z "$${ES_URL:-}" ]]; then scripts/es.sh start >/dev/null 2>&1 & fi
 	trap 'wait; scripts/es.sh stop' EXIT
 	$(MAKE) --no-print-directory -j2 setup browser
