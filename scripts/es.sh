@@ -16,8 +16,8 @@ ES_SHA512=d4791e2e30221d5e6e0284089ba3347c0232c49173caccc64b6548aafac94066af1ba0
 ES_PORT="${ES_PORT:-9200}"
 ES_HEAP="${ES_HEAP:-1g}"
 ES_USER="${ES_USER:-nobody}"
-# ES_JIT=quick: the JVM compiles with C1 only. Start-up takes half the CPU (11 s against 21 s, to green) and batched
-# search runs about a quarter slower (docs/benchmarks.md): `make test` starts and restarts short-lived servers.
+# ES_JIT=quick: the JVM compiles with C1 only. Start-up takes half the CPU (11 s against 20 s, to green); batched
+# search and indexing run 4-23 % slower (docs/benchmarks.md): `make test` starts and restarts short-lived servers.
 ES_JIT="${ES_JIT:-full}"
 # Default .es/ in the project. As root, ES runs as $ES_USER, who must be able to reach the install: when the
 # checkout sits below a private directory (mktemp -d makes 0700 ones), use a temp dir named after the checkout.
