@@ -82,9 +82,12 @@ def _run(name: str, params: Path, sets: list[str] | None, **kwargs) -> None:
     _info_lines()
     gc.disable()  # collecting while a stage's libraries import frees nothing; run_stage turns it back on
     from components.config import load_config
+    from components.io import disk_full, full_at, out_of_space
     from components.stages import run_stage
-    from components.tracking.runs import cli_parent
+    from components.tracking.runs import cli_parent, quiet_full_disk_logs, store_file
 
+    quiet_full_disk_logs()
+    cfg = None
     try:
         cfg = load_config(params, _overrides(sets))
         # one pipeline run = one parent run: AGENTR1_PARENT_RUN_ID, else the running `dvc repro`/`dvc exp run`
@@ -92,6 +95,13 @@ def _run(name: str, params: Path, sets: list[str] | None, **kwargs) -> None:
             metrics = run_stage(name, cfg, parent_run_id=parent_run_id, **kwargs)
     except _known_errors() as e:
         err.print(f"[bold red]agentr1 {name} failed:[/] {e}", markup=True, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    except Exception as e:  # a full disk that no writer named (e.g. the MLflow store's database): one line too
+        if not out_of_space(e):
+            raise
+        where = full_at(e) or (store_file(cfg) if cfg is not None else None) or Path.cwd()
+        err.print(f"[bold red]agentr1 {name} failed:[/] {disk_full(where)}", markup=True, highlight=False,
+                  soft_wrap=True)  # fmt: skip
         raise typer.Exit(1) from None
     finally:
         gc.enable()  # also when the stage failed before run_stage: no other command runs with the collector off

@@ -21,6 +21,7 @@ from typing import Any
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 LOW_SPACE = 1 << 20  # bytes free under which an errno-less short write counts as a full disk
+SQLITE_FULL = "database or disk is full"  # SQLite's words for a full disk (SQLITE_FULL), through SQLAlchemy and MLflow
 
 
 class DiskFull(OSError):
@@ -36,8 +37,9 @@ class DiskFull(OSError):
 
 def out_of_space(err: BaseException | None, where: str | Path | None = None) -> bool:
     """Whether `err`, or an error it was raised from or while handling, is a full disk (torch, pyarrow and shutil
-    report it in their own words around the OSError). Some writers report a short write without an errno (numpy:
-    "8119 requested and 4592 written"): that counts when the filesystem of `where` has under LOW_SPACE free."""
+    report it in their own words around the OSError; SQLite as SQLITE_FULL, with no OSError). Some writers report a
+    short write without an errno (numpy: "8119 requested and 4592 written"): that counts when the filesystem of
+    `where` has under LOW_SPACE free."""
     seen, io_error = set(), False
     while err is not None and id(err) not in seen:
         seen.add(id(err))
@@ -45,6 +47,8 @@ def out_of_space(err: BaseException | None, where: str | Path | None = None) -> 
             if err.errno in NO_SPACE or os.strerror(errno.ENOSPC) in str(err):
                 return True
             io_error = io_error or err.errno is None
+        elif SQLITE_FULL in str(err):
+            return True
         err = err.__cause__ or err.__context__
     return io_error and where is not None and free_space(where) < LOW_SPACE
 
@@ -84,6 +88,15 @@ def size_of(path: str | Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink()) if path.is_dir() else 0
 
 
+def same_disk(a: str | Path, b: str | Path) -> bool:
+    """Whether `a` and `b` (or their nearest existing parents) are on one filesystem."""
+
+    def device(path: Path) -> int:
+        return next(p for p in (path, *path.parents) if p.exists()).stat().st_dev
+
+    return device(Path(a).resolve()) == device(Path(b).resolve())
+
+
 def human(n: int) -> str:
     """Bytes in KB, MB or GB (powers of 1024), one decimal."""
     for unit, scale in (("GB", 2**30), ("MB", 2**20)):
@@ -97,8 +110,9 @@ def disk_full(target: str | Path, need: int | None = None, written: int = 0) -> 
     what was `written` before the disk filled, and the space free there now."""
     target = Path(target)
     free = free_space(target)
-    needs = f"about {human(need)}" if need and need > written else f"more than {human(written)}"
-    return DiskFull(f"{target}: no space left on device: it needs {needs}, {human(free)} are free there; free some space "
+    needs = f"about {human(need)}" if need and need > written else f"more than {human(written)}" if written else ""
+    needs = f"it needs {needs}, " if needs else ""
+    return DiskFull(f"{target}: no space left on device: {needs}{human(free)} are free there; free some space "
                     f"(or move the project to a larger disk) and run again")  # fmt: skip
 
 

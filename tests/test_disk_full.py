@@ -196,3 +196,50 @@ def test_registered_model_on_a_full_temp_dir(small_disk, mlflow_uri, tmp_path, m
     assert str(caught.value).startswith(f"{temp}: no space left on device: it needs about ")
     assert mlflow.MlflowClient().search_model_versions(f"name='{cfg.registry.model_name}'") == []
     assert [p.name for p in temp.iterdir() if not p.name.startswith("agentr1-")] == [BALLAST]  # + the store locks
+
+
+
+@pytest.mark.parametrize("fills", ["model copy", "database"])
+def test_registered_model_on_one_full_disk_with_the_store_and_the_temp_dir(small_disk, tmp_path, monkeypatch, fills):
+    """As in a plain checkout, one disk holds the sqlite store, its artifacts and the temp dir MLflow saves the model
+    in first. It fills while `agentr1 register` copies the new version into the store (the need counts both
+    copies), or as the store's database writes the run: one line, no traceback (MLflow's logged ones included),
+    the champion and the registry as they were."""
+    import mlflow
+
+    from components.config import parse_config
+    from components.registry import register
+    from components.tracking.runs import stage_run
+    from tests.project import BIN
+    from tests.tiny_hf import train_and_eval
+
+    disk = small_disk(tmp_path / "disk", "32m")
+    (disk / "tmp").mkdir()
+    uri = f"sqlite:///{disk / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(disk)  # the store's artifact root: <project>/mlartifacts (tracking/runs.py)
+    mlflow.set_tracking_uri(uri)
+    (disk / "params.yaml").write_text(f"project:\n  artifacts_dir: {disk / 'artifacts'}\n")
+    cfg = parse_config({"project": {"artifacts_dir": str(disk / "artifacts")}})
+    client = mlflow.MlflowClient()
+    name = cfg.registry.model_name
+    train_and_eval(cfg, disk, 0.5)
+    with stage_run(cfg, "register") as tracker:
+        register.run(cfg, tracker)
+    champion = client.get_model_version_by_alias(name, "champion")
+    train_and_eval(cfg, disk, 0.9)
+    (disk / "model-0.9" / "extra.bin").write_bytes(os.urandom(4 << 20))  # a model big against the database's pages
+    size = size_of(disk / "model-0.9")
+    fill(disk, leave=size * 3 // 2 if fills == "model copy" else 16 << 10)  # the temp copy fits, the store's not
+
+    out = subprocess.run([str(BIN / "agentr1"), "register", "-p", str(disk / "params.yaml")], cwd=disk,
+                         env={**os.environ, "TMPDIR": str(disk / "tmp")}, capture_output=True, text=True)  # fmt: skip
+
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "Traceback" not in out.stdout + out.stderr, out.stderr[-3000:]
+    line = " ".join(out.stderr.split())
+    assert re.search(rf"agentr1 register failed: {re.escape(str(disk))}\S*: no space left on device", line), line
+    if fills == "model copy":
+        assert abs(need_mb(line) - 2 * size / 2**20) < 0.06, line  # MLflow's temp copy and the store's (0.1 MB shown)
+    assert [str(v.version) for v in client.search_model_versions(f"name='{name}'")] == [str(champion.version)]
+    assert str(client.get_model_version_by_alias(name, "champion").version) == str(champion.version)

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import logging
 import math
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from components import artifacts
 from components.config import Config
 from components.evaluation.eval_json import flat_metrics
-from components.io import disk_full, free_space, full_at, out_of_space, sha256_of, size_of, write_json
+from components.io import disk_full, free_space, full_at, out_of_space, same_disk, sha256_of, size_of, write_json
 from components.registry.gate import champion, judge
 from components.serving.agent import model_corpus
 from components.serving.pyfunc import about_model, log_agent_model
@@ -91,7 +92,8 @@ def log_complete(cfg: Config, hf_dir: Path):
         if failed is not None and failed.status != LoggedModelStatus.READY:
             discard_logged_model(client, failed)
         if out_of_space(err, where):
-            raise disk_full(_full_dir(err, where), need=size_of(hf_dir)) from None
+            copies = 2 if where is not None and same_disk(where, tempfile.gettempdir()) else 1  # MLflow's, the store's
+            raise disk_full(_full_dir(err, where), need=copies * size_of(hf_dir)) from None
         raise
     expected = {f"artifacts/{hf_dir.name}/{p.relative_to(hf_dir).as_posix()}": p.stat().st_size
                 for p in sorted(hf_dir.rglob("*")) if p.is_file()}  # fmt: skip
@@ -105,8 +107,6 @@ def log_complete(cfg: Config, hf_dir: Path):
 def _full_dir(err: BaseException, store: Path | None) -> Path | str:
     """Where the model's write found the disk full: the artifact store, or the temp dir MLflow saves it in first
     (the file the error names, else the one of the two with the least space free)."""
-    import tempfile
-
     places = [p for p in (store, Path(tempfile.gettempdir())) if p is not None]
     failed = full_at(err)
     named = [p for p in places if failed is not None and Path(failed).is_relative_to(p)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -11,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from components.config import Config, flat_params
+from components.io import out_of_space
 from components.secrets import redact_params
 from components.tracking.locks import store_lock
 from components.tracking.owners import OWNER_TAG, end_dead_runs, owner
@@ -59,6 +61,26 @@ def tracking_uri(cfg: Config) -> str:
         or cfg.tracking.tracking_uri
         or f"sqlite:///{project_root() / 'mlflow.db'}"
     )
+
+
+def store_file(cfg: Config) -> Path | None:
+    """The sqlite file of the MLflow store, when the store is one."""
+    uri = tracking_uri(cfg)
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
+class _FullDiskRecords(logging.Filter):
+    """Drops MLflow's logged traceback of a full disk: MLflow raises the error too, and the CLI reports it in one
+    line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and out_of_space(record.exc_info[1]))
+
+
+def quiet_full_disk_logs() -> None:
+    log = logging.getLogger("mlflow.store.db.utils")
+    if not any(isinstance(f, _FullDiskRecords) for f in log.filters):
+        log.addFilter(_FullDiskRecords())
 
 
 def setup(cfg: Config) -> str:
