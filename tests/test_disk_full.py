@@ -134,6 +134,27 @@ def test_index_version_on_a_full_disk(small_disk, tmp_path):
     assert hits[0].id == "p7" and [h.id for h in hits] == [h.id for h in hits_before]
 
 
+def _champion_then_a_better_model(root: Path):
+    """A project in `root`: version 1 registered as champion (EM 0.5), then a better model trained and evaluated
+    (EM 0.9), which would become champion. Returns (cfg, the MLflow client, the champion version)."""
+    import mlflow
+
+    from components.config import parse_config
+    from components.registry import register
+    from components.tracking.runs import stage_run
+    from tests.tiny_hf import train_and_eval
+
+    (root / "params.yaml").write_text(f"project:\n  artifacts_dir: {root / 'artifacts'}\n")
+    cfg = parse_config({"project": {"artifacts_dir": str(root / "artifacts")}})
+    client = mlflow.MlflowClient()
+    train_and_eval(cfg, root, 0.5)
+    with stage_run(cfg, "register") as tracker:
+        register.run(cfg, tracker)
+    champion = client.get_model_version_by_alias(cfg.registry.model_name, "champion")
+    train_and_eval(cfg, root, 0.9)
+    return cfg, client, champion
+
+
 def test_registered_model_on_a_full_disk(small_disk, mlflow_uri, tmp_path):
     """The MLflow artifact store fills while `agentr1 register` logs the new version: one line, no traceback; the
     champion, its files and the registry are as they were; the partial logged model is gone."""
@@ -141,22 +162,11 @@ def test_registered_model_on_a_full_disk(small_disk, mlflow_uri, tmp_path):
     from typer.testing import CliRunner
 
     from components.cli import app
-    from components.config import parse_config
-    from components.registry import register
     from components.registry.registration import local_dir
-    from components.tracking.runs import stage_run
-    from tests.tiny_hf import train_and_eval
 
     store = small_disk(tmp_path / "mlartifacts", "4m")  # the sqlite store's artifact root (tracking/runs.py)
-    (tmp_path / "params.yaml").write_text(f"project:\n  artifacts_dir: {tmp_path / 'artifacts'}\n")
-    cfg = parse_config({"project": {"artifacts_dir": str(tmp_path / "artifacts")}})
-    client = mlflow.MlflowClient()
+    cfg, client, champion = _champion_then_a_better_model(tmp_path)
     name = cfg.registry.model_name
-    train_and_eval(cfg, tmp_path, 0.5)
-    with stage_run(cfg, "register") as tracker:
-        register.run(cfg, tracker)
-    champion = client.get_model_version_by_alias(name, "champion")
-    train_and_eval(cfg, tmp_path, 0.9)  # a better model: it would become champion
     before = digests(store)
     logged = mlflow.get_logged_model(champion.source.removeprefix("models:/"))
     fill(store, leave=size_of(local_dir(logged.artifact_location)) // 2)  # room for half the model: a partial write
@@ -207,11 +217,7 @@ def test_registered_model_on_one_full_disk_with_the_store_and_the_temp_dir(small
     the champion and the registry as they were."""
     import mlflow
 
-    from components.config import parse_config
-    from components.registry import register
-    from components.tracking.runs import stage_run
     from tests.project import BIN
-    from tests.tiny_hf import train_and_eval
 
     disk = small_disk(tmp_path / "disk", "32m")
     (disk / "tmp").mkdir()
@@ -219,15 +225,8 @@ def test_registered_model_on_one_full_disk_with_the_store_and_the_temp_dir(small
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(disk)  # the store's artifact root: <project>/mlartifacts (tracking/runs.py)
     mlflow.set_tracking_uri(uri)
-    (disk / "params.yaml").write_text(f"project:\n  artifacts_dir: {disk / 'artifacts'}\n")
-    cfg = parse_config({"project": {"artifacts_dir": str(disk / "artifacts")}})
-    client = mlflow.MlflowClient()
+    cfg, client, champion = _champion_then_a_better_model(disk)
     name = cfg.registry.model_name
-    train_and_eval(cfg, disk, 0.5)
-    with stage_run(cfg, "register") as tracker:
-        register.run(cfg, tracker)
-    champion = client.get_model_version_by_alias(name, "champion")
-    train_and_eval(cfg, disk, 0.9)
     (disk / "model-0.9" / "extra.bin").write_bytes(os.urandom(4 << 20))  # a model big against the database's pages
     size = size_of(disk / "model-0.9")
     fill(disk, leave=size * 3 // 2 if fills == "model copy" else 16 << 10)  # the temp copy fits, the store's not
