@@ -34,6 +34,7 @@ URL="http://127.0.0.1:$ES_PORT"
 
 log() { echo "es.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
+[[ "$ES_JIT" == quick || "$ES_JIT" == full ]] || die "ES_JIT must be quick or full, not '$ES_JIT'"
 
 installed() { [[ -f "$HOME_DIR/.sha512-verified" && -x "$HOME_DIR/bin/elasticsearch" ]]; }
 
@@ -98,11 +99,11 @@ cluster.deprecation_indexing.enabled: false
 indices.lifecycle.history_index_enabled: false
 EOF
     printf -- '-Xms%s\n-Xmx%s\n' "$ES_HEAP" "$ES_HEAP" >"$HOME_DIR/config/jvm.options.d/heap.options"
-    case "$ES_JIT" in
-        quick) printf -- '-XX:TieredStopAtLevel=1\n' >"$HOME_DIR/config/jvm.options.d/jit.options" ;;
-        full) rm -f "$HOME_DIR/config/jvm.options.d/jit.options" ;;
-        *) die "ES_JIT must be quick or full, not '$ES_JIT'" ;;
-    esac
+    if [[ "$ES_JIT" == quick ]]; then
+        printf -- '-XX:TieredStopAtLevel=1\n' >"$HOME_DIR/config/jvm.options.d/jit.options"
+    else
+        rm -f "$HOME_DIR/config/jvm.options.d/jit.options"
+    fi
     if [[ $EUID -eq 0 ]]; then
         chown -R "$ES_USER:" "$HOME_DIR" "$ES_ROOT/data" "$ES_ROOT/logs" "$ES_ROOT/tmp" "$ES_ROOT/run"
     fi

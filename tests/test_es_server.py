@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pwd
 import subprocess
 import time
@@ -30,6 +31,12 @@ def test_lock_file_pins_every_part_with_an_integrity_hash() -> None:
     assert all(v["version"] == "0.0.3" and v["integrity"].startswith("sha512-") for v in parts.values())
 
 
+def test_a_wrong_es_jit_is_one_line_before_anything_runs() -> None:
+    done = subprocess.run([str(ES_SCRIPT), "status"], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "ES_JIT": "bogus"})  # fmt: skip
+    assert done.returncode == 1 and done.stderr == "es.sh: error: ES_JIT must be quick or full, not 'bogus'\n"
+
+
 @pytest.mark.es
 def test_start_is_idempotent_and_the_server_is_unprivileged_loopback_1g(es_local: str) -> None:
     pidfile = Path(es_script("root").splitlines()[-1]) / "run" / "es.pid"
@@ -47,5 +54,11 @@ def test_start_is_idempotent_and_the_server_is_unprivileged_loopback_1g(es_local
     [node] = client.nodes.info(metric="http,jvm").body["nodes"].values()
     assert all(a.startswith(("127.0.0.1:", "[::1]:")) for a in node["http"]["bound_address"])
     assert node["jvm"]["mem"]["heap_max_in_bytes"] == 1024**3
+    # ES_JIT=quick (as `make test` starts it): the JVM compiles with C1 only; full: its own tiered compilers
+    c1_only = "-XX:TieredStopAtLevel=1" in node["jvm"]["input_arguments"]
+    es_root = Path(es_script("root").splitlines()[-1])
+    assert c1_only == any(es_root.glob("elasticsearch-*/config/jvm.options.d/jit.options"))
+    if os.environ.get("ES_JIT") == "quick":
+        assert c1_only
     assert client.cluster.health().body["status"] == "green"
     client.close()
