@@ -84,7 +84,7 @@ def _run(name: str, params: Path, sets: list[str] | None, **kwargs) -> None:
     from components.config import load_config
     from components.io import disk_full, full_at, out_of_space
     from components.stages import run_stage
-    from components.tracking.runs import cli_parent, quiet_full_disk_logs, store_file
+    from components.tracking.runs import cli_parent, quiet_full_disk_logs, store_file, tracking_uri
 
     quiet_full_disk_logs()
     cfg = None
@@ -99,7 +99,7 @@ def _run(name: str, params: Path, sets: list[str] | None, **kwargs) -> None:
     except Exception as e:  # a full disk that no writer named (e.g. the MLflow store's database): one line too
         if not out_of_space(e):
             raise
-        where = full_at(e) or (store_file(cfg) if cfg is not None else None) or Path.cwd()
+        where = full_at(e) or (store_file(tracking_uri(cfg)) if cfg is not None else None) or Path.cwd()
         err.print(f"[bold red]agentr1 {name} failed:[/] {disk_full(where)}", markup=True, highlight=False,
                   soft_wrap=True)  # fmt: skip
         raise typer.Exit(1) from None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from components.config import Config
 from components.serving.agent import AskError
-from components.tracking.runs import tracking_uri
+from components.tracking.runs import store_file, tracking_uri
 
 CACHE = Path(".cache") / "agentr1" / "ask.json"
 CONFIG_FILE, WEIGHTS = "agent.yaml", "hf_model"  # the pyfunc model's artifacts (serving/pyfunc.py)
@@ -31,10 +31,6 @@ class Target:
     problem: str = ""  # why its files cannot be loaded (reported after the index check, never cached)
 
 
-def _store_file(uri: str) -> Path | None:
-    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
-
-
 def _identity(db: Path) -> list[int] | None:
     """The store's identity; it changes with every write to the store (and its write-ahead log, if any)."""
     try:
@@ -48,7 +44,7 @@ def resolve(cfg: Config, version: int | None = None, alias: str | None = None) -
     """The version to ask (the registry alias by default): from the cache while the store is unchanged."""
     uri, name = tracking_uri(cfg), cfg.registry.model_name
     wanted = f"version {version}" if version is not None else f"alias {alias or cfg.registry.alias!r}"
-    db = _store_file(uri)
+    db = store_file(uri)
     key = {"uri": uri, "name": name, "wanted": wanted, "store": _identity(db) if db else None}
     if db is not None and key["store"] is not None:
         try:

@@ -63,9 +63,8 @@ def tracking_uri(cfg: Config) -> str:
     )
 
 
-def store_file(cfg: Config) -> Path | None:
-    """The sqlite file of the MLflow store, when the store is one."""
-    uri = tracking_uri(cfg)
+def store_file(uri: str) -> Path | None:
+    """The sqlite file of the MLflow store at `uri`, when the store is one."""
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
 
 
