@@ -64,11 +64,15 @@ def full_at(err: BaseException | None) -> str | None:
     return None
 
 
+def _existing_parent(path: str | Path) -> Path:
+    """`path` itself if it exists, else its nearest existing parent: where a file about to be written will live."""
+    path = Path(path).resolve()
+    return next((p for p in (path, *path.parents) if p.exists()), Path("/"))
+
+
 def free_space(path: str | Path) -> int:
     """Bytes free on the filesystem of `path` (or of its nearest existing parent)."""
-    path = Path(path)
-    where = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
-    return shutil.disk_usage(where).free
+    return shutil.disk_usage(_existing_parent(path)).free
 
 
 def sha256_of(path: str | Path) -> str:
@@ -90,11 +94,7 @@ def size_of(path: str | Path) -> int:
 
 def same_disk(a: str | Path, b: str | Path) -> bool:
     """Whether `a` and `b` (or their nearest existing parents) are on one filesystem."""
-
-    def device(path: Path) -> int:
-        return next(p for p in (path, *path.parents) if p.exists()).stat().st_dev
-
-    return device(Path(a).resolve()) == device(Path(b).resolve())
+    return _existing_parent(a).stat().st_dev == _existing_parent(b).stat().st_dev
 
 
 def human(n: int) -> str:
