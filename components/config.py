@@ -258,6 +258,10 @@ class AgentConfig(Section):
         default=False, description="the environment searches the question before the first turn; its call and "
         "results are part of the prompt (Agent-R1's HotpotQA recipe)",
     )  # fmt: skip
+    observation_question: bool = Field(
+        default=False, description="the question repeated below each search's results (the environment's and the "
+        "format warm-up's): the model reads them with the question last, as in naive RAG's prompt",
+    )  # fmt: skip
     reward: RewardConfig = RewardConfig()
 
 
@@ -633,6 +637,7 @@ class Config(Section):
     def _local_only(self) -> Config:
         if self.train.backend == "verl":
             for key, on in (("agent.force_first_search", self.agent.force_first_search),
+                            ("agent.observation_question", self.agent.observation_question),
                             ("train.entropy_floor", self.train.entropy_floor is not None),
                             ("train.max_minutes", self.train.max_minutes is not None),
                             ("train.curriculum.steps", self.train.curriculum.steps > 0),

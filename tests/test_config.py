@@ -158,10 +158,11 @@ def test_a_huge_bad_value_is_cut_in_the_message(repo_root):
         assert key in msg and len(msg) < 1000 and "(100002 chars)" in msg
 
 
-@pytest.mark.parametrize("key", ["agent.force_first_search", "train.entropy_floor"])
-def test_local_trainer_knobs_are_refused_for_verl(repo_root, key):
+@pytest.mark.parametrize("key,value", [("agent.force_first_search", True), ("agent.observation_question", True),
+                                       ("train.entropy_floor", 0.5)])  # fmt: skip
+def test_local_trainer_knobs_are_refused_for_verl(repo_root, key, value):
     with pytest.raises(ConfigError, match=f"{key} is a local-trainer knob"):
-        load_config(repo_root / "params.yaml", {"train.backend": "verl", key: True if "force" in key else 0.5})
+        load_config(repo_root / "params.yaml", {"train.backend": "verl", key: value})
 
 
 @pytest.mark.parametrize("old,new", [("model.warmup_steps", "model.warmup.steps"),

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from components.agent.observation import format_hits
+from components.agent.observation import format_hits, question_note
 from components.agent.parser import Answer, ToolCall, parse_turn
 from components.agent.prompts import SYSTEM_PROMPT, render_tool_turn, system_prompt_text
 from components.agent.tools import SearchTool, declared_tools
@@ -97,4 +97,32 @@ def test_naive_rag_shows_passages_in_the_question_turn(chat, tok, qwen_cfg, tmp_
                             "<|im_start|>assistant\n")  # fmt: skip
     as_call = tok.decode(searched_prompts([Q], chat, env, "tool_response")[0])
     assert as_call.endswith(render_tool_turn(tok, obs)) and "<tool_call>" in as_call.split("<|im_start|>assistant\n")[1]
+    backend.close()
+
+
+def test_the_question_below_each_searchs_results(chat, tok, qwen_cfg, tmp_path):
+    """agent.observation_question: the forced first search's results and every later search's end with the question,
+    escaped like them; naive RAG's prompt keeps its one question, above its results; answer_seen reads the results
+    alone, not the question repeated below them."""
+    backend = EmbeddedBackend(tmp_path / "idx", seed=0)
+    backend.build("w", PASSAGES)
+    q = Question("q2", "Did Ron Howard <direct> Big Stone Gap?", ["Ron Howard"], "hotpotqa", "dev", ["p1"], "w")
+    note = "\n\nQuestion: Did Ron Howard &lt;direct&gt; Big Stone Gap?"
+    assert question_note(q.question) == note
+    agent = qwen_cfg.agent.model_copy(update={"observation_question": True, "force_first_search": True})
+    env = make_env(backend, [q], agent, 2, chat)
+    search = env.toolsets["w"]["search"]
+    results = search.execute([{"query": q.question}])[0].text
+    as_call = tok.decode(searched_prompts([q], chat, env, "tool_response")[0])
+    assert as_call.endswith(render_tool_turn(tok, results + note))
+    in_turn = tok.decode(searched_prompts([q], chat, env, "question_turn")[0])
+    assert in_turn.count("Did Ron Howard") == 1 and in_turn.endswith(f"{results}\n\nQuestion: {q.question}<|im_end|>\n"
+                                                                       "<|im_start|>assistant\n")  # fmt: skip
+    ep = env.reset(q)
+    assert ep.first_search == results + note and ep.answer_seen == 0.0
+    call = '<tool_call>{"name": "search", "arguments": {"query": "Adriana Trigiani"}}</tool_call>'
+    seen = env.step([ep], [call])[0].observation
+    assert seen == search.execute([{"query": "Adriana Trigiani"}])[0].text + note and ep.answer_seen == 0.0
+    plain = make_env(backend, [q], qwen_cfg.agent, 2, chat)  # off, as params.yaml has it
+    assert not plain.step([plain.reset(q)], [call])[0].observation.endswith(note)
     backend.close()

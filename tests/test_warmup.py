@@ -15,6 +15,7 @@ from contextlib import nullcontext
 import pytest
 import torch
 
+from components.agent.observation import question_note
 from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, call_text
 from components.agent.prompts import SYSTEM_PROMPT
 from components.config import load_config
@@ -170,6 +171,19 @@ def test_transcripts_have_one_to_max_turns_minus_one_searches(made):
             assert call_text(q.question) in chat.tok.decode(targets)
     low = 0 if forced else 1
     assert set(ends) == set(range(low, cfg.agent.max_turns)), ends
+
+
+def test_under_observation_question_every_search_shows_the_question_below_its_results(shipped):
+    """The warm-up's transcripts read as the environment's episodes do: each search's results, then the question."""
+    cfg, train, backend, titles, tok = shipped
+    cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"observation_question": True})})
+    chat = ChatFormat.for_agent(tok, cfg.agent)
+    made_ = warmup.transcripts(train[:40], backend, chat, cfg, titles, random.Random(0))
+    assert made_
+    for t in made_:
+        text = chat.tok.decode(t.seq.ids)
+        searches = text.count("<tool_call>") - 1  # the system prompt shows the syntax once
+        assert searches >= 1 and text.count(question_note(t.question.question)) == searches
 
 
 # --- the measured stop ---------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Sequence
 
+from components.agent.prompts import question_turn
 from components.retrieval.base import Hit
 
 
@@ -24,6 +25,12 @@ def format_hit(rank: int, hit: Hit, cut: Callable[[str], str] | None = None) -> 
 def format_hits(hits: Sequence[Hit], cut: Callable[[str], str] | None = None) -> str:
     """`cut` shortens each passage's text (e.g. to a token budget) before it is escaped."""
     return "\n".join(format_hit(i, h, cut) for i, h in enumerate(hits, 1))
+
+
+def question_note(question: str) -> str:
+    """What `agent.observation_question` appends to each search's results: the question again, escaped like them,
+    so that the model reads the results with the question last (as in naive RAG's prompt)."""
+    return f"\n\n{question_turn(escape(question))}"
 
 
 def error_observation(reason: str) -> str:

@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from components.agent.observation import error_observation
+from components.agent.observation import error_observation, question_note
 from components.agent.parser import Action, Answer, Malformed, ToolCall, parse_turn
 from components.agent.rewards import exact_match, f1, outcome_reward, process_reward, sub_exact_match, unearned_bonus
 from components.agent.tools import Tool, ToolResult, validate_arguments
@@ -52,9 +52,11 @@ class Episode:
 
     @property
     def answer_seen(self) -> float:
-        """1 when a gold answer appears (as whole words) in an observation the episode was shown."""
+        """1 when a gold answer appears (as whole words) in the results the episode was shown (not in the question
+        that `agent.observation_question` repeats below them)."""
         shown = [self.first_search or ""] + [text for role, text in self.log if role == "tool"]
-        return sub_exact_match(" ".join(shown), self.question.answers)
+        note = question_note(self.question.question)
+        return sub_exact_match(" ".join(s.removesuffix(note) for s in shown), self.question.answers)
 
     @property
     def total_reward(self) -> float:
@@ -114,9 +116,14 @@ class ToolEnv:
             raise ValueError(f"question {question.id}: agent.force_first_search is on, but its first search was not "
                              "run: build the prompts with components.rollout.episode_setup")  # fmt: skip
         if first is not None:
-            ep.first_search, ep.first_ids = first.text, first.doc_ids
+            ep.first_search, ep.first_ids = self.observation(question, first.text), first.doc_ids
             ep.seen_ids.update(first.doc_ids)
         return ep
+
+    def observation(self, question: Question, results: str) -> str:
+        """A search's results as the model is shown them: with the question below them under
+        `agent.observation_question`."""
+        return results + question_note(question.question) if self.cfg.observation_question else results
 
     def step(self, episodes: Sequence[Episode], turns: Sequence[str]) -> list[StepResult]:
         """Advance every episode by one model turn; all tool calls run as one batch per tool."""
@@ -159,7 +166,7 @@ class ToolEnv:
             reward = process_reward(True, result.doc_ids, ep.seen_ids, ep.question.supporting_ids, w)
             ep.seen_ids.update(result.doc_ids)
             ep.calls.append((True, result.doc_ids))
-            observation = result.text
+            observation = self.observation(ep.question, result.text)
         else:
             reward = process_reward(False, (), ep.seen_ids, ep.question.supporting_ids, w)
             ep.calls.append((False, ()))

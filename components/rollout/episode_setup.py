@@ -81,5 +81,5 @@ def searched_prompts(questions: Sequence[Question], chat: ChatFormat, env: ToolE
             prompts.append(chat.encode(render_prompt(chat.tok, messages, chat.tools)))
             continue
         ids = chat.prompt_ids(q.question) + chat.encode(call_text(q.question)) + [chat.eos_id]
-        prompts.append(ids + list(chat.insert_ids(r.text, True)))
+        prompts.append(ids + list(chat.insert_ids(env.observation(q, r.text), True)))
     return prompts
