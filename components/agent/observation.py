@@ -11,6 +11,7 @@ import html
 from collections.abc import Callable, Sequence
 
 from components.agent.prompts import question_turn
+from components.config import AgentConfig
 from components.retrieval.base import Hit
 
 
@@ -31,6 +32,12 @@ def question_note(question: str) -> str:
     """What `agent.observation_question` appends to each search's results: the question again, escaped like them,
     so that the model reads the results with the question last (as in naive RAG's prompt)."""
     return f"\n\n{question_turn(escape(question))}"
+
+
+def shown_results(results: str, question: str, agent: AgentConfig) -> str:
+    """A search's results as the model is shown them (the environment's and the format warm-up's alike): with the
+    question below them under `agent.observation_question`."""
+    return results + question_note(question) if agent.observation_question else results
 
 
 def error_observation(reason: str) -> str:

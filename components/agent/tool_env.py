@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from components.agent.observation import error_observation, question_note
+from components.agent.observation import error_observation, question_note, shown_results
 from components.agent.parser import Action, Answer, Malformed, ToolCall, parse_turn
 from components.agent.rewards import exact_match, f1, outcome_reward, process_reward, sub_exact_match, unearned_bonus
 from components.agent.tools import Tool, ToolResult, validate_arguments
@@ -121,9 +121,8 @@ class ToolEnv:
         return ep
 
     def observation(self, question: Question, results: str) -> str:
-        """A search's results as the model is shown them: with the question below them under
-        `agent.observation_question`."""
-        return results + question_note(question.question) if self.cfg.observation_question else results
+        """A search's results as the model is shown them."""
+        return shown_results(results, question.question, self.cfg)
 
     def step(self, episodes: Sequence[Episode], turns: Sequence[str]) -> list[StepResult]:
         """Advance every episode by one model turn; all tool calls run as one batch per tool."""

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import torch
 from tqdm import tqdm
 
-from components.agent.observation import format_hits, question_note
+from components.agent.observation import format_hits, shown_results
 from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, call_text
 from components.config import Config
 from components.data.schema import Question
@@ -188,8 +188,7 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
                 d.ids, d.targets = d.ids + ids, d.targets + [0] * len(ids)
             else:
                 d.add_turn(ids, targets, teach)
-            note = question_note(d.q.question) if agent.observation_question else ""
-            insert = list(chat.insert_ids(format_hits(shown, cut) + note, True))
+            insert = list(chat.insert_ids(shown_results(format_hits(shown, cut), d.q.question, agent), True))
             d.ids, d.targets = d.ids + insert, d.targets + [0] * len(insert)
             d.queried.add(d.query)
             d.last = names_in(shown, d.banned, cut)
