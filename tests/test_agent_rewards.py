@@ -8,7 +8,8 @@ from components.config import RewardConfig
 
 @pytest.mark.parametrize(
     "raw, norm",
-    [("The  Eiffel Tower!", "eiffel tower"), ("an Apple, a day", "apple day"), ("U.S.A.", "usa"), ("Theatre", "theatre")],
+    [("The  Eiffel Tower!", "eiffel tower"), ("an Apple, a day", "apple day"), ("U.S.A.", "usa"), ("Theatre", "theatre"),
+     ("KKR &amp; Co.", "kkr co")],  # the model's copy of an escaped passage reads as the text it stands for
 )
 def test_normalize_answer(raw, norm):
     assert normalize_answer(raw) == norm
@@ -18,6 +19,7 @@ def test_exact_match_and_f1():
     assert exact_match("the Kelitu", ["Kelitu"]) == 1.0
     assert exact_match("Kelitu Bavo", ["Kelitu"]) == 0.0
     assert exact_match(None, ["Kelitu"]) == 0.0
+    assert exact_match("KKR &amp; Co.", ["KKR & Co"]) == 1.0 and f1("Tom &amp; Jerry", ["Tom & Jerry"]) == 1.0
     assert f1("Kelitu Bavo", ["Kelitu"]) == pytest.approx(2 * 0.5 * 1 / 1.5)
     assert f1("x", ["a", "x"]) == 1.0  # best over gold answers
     assert f1("yes", ["no"]) == 0.0 and f1("no", ["no"]) == 1.0  # HotpotQA yes/no rule

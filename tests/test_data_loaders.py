@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
 import pytest
 
+from components.agent.observation import format_hits
 from components.config import DatasetSpec
 from components.data.loaders import LOADERS
 from components.data.passages import PassageTable
+from components.retrieval.base import Hit
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -41,6 +44,11 @@ def test_hotpotqa_ircot():
     by_id = {p.id: p for p in ps}
     assert {by_id[i].title for i in qs[0].supporting_ids} == {"Shirley Temple", "Kiss and Tell (1945 film)"}
     assert len(ps) < 300 * 10  # paragraphs shared between questions are one passage
+    # the file's titles hold HTML entities ("Tunnels &amp; Trolls"): stored decoded, so the model's observation
+    # escapes them once, not twice
+    assert not any("&amp;" in p.title or "&amp;" in p.text for p in ps)
+    tnt = next(p for p in ps if p.title == "Tunnels & Trolls")
+    assert format_hits([Hit(tnt.id, tnt.title, tnt.text, 1.0)]).startswith("[1] Tunnels &amp; Trolls: ")
 
 
 def test_hotpotqa_hf_supporting_are_the_supporting_fact_titles():
@@ -50,7 +58,7 @@ def test_hotpotqa_hf_supporting_are_the_supporting_fact_titles():
     raw = json.loads((DATA / "hotpotqa/hotpot_dev_distractor_first100_hf.json").read_text())
     by_id = {p.id: p for p in ps}
     for q, r in zip(qs, raw):
-        assert {by_id[i].title for i in q.supporting_ids} == set(r["supporting_facts"]["title"])
+        assert {by_id[i].title for i in q.supporting_ids} == {html.unescape(t) for t in r["supporting_facts"]["title"]}
     assert by_id[qs[0].supporting_ids[0]].text.startswith("Scott Derrickson")
 
 
@@ -139,7 +147,7 @@ def test_hotpotqa_hf_jsonl_dev1025():
     assert qs[0].question.startswith("Where was the music festival Billy McFarland") and qs[0].answers == ["Great Exuma"]
     assert _titles(qs, ps)[0] == {"Billy McFarland (entrepreneur)", "Fyre Festival"}
     raw = [json.loads(line) for line in (DATA / "hotpotqa/hotpot_dev_distractor_1025_hf.jsonl").open()]
-    assert [t for t in _titles(qs, ps)] == [set(r["supporting_facts"]["title"]) for r in raw]
+    assert [t for t in _titles(qs, ps)] == [{html.unescape(t) for t in r["supporting_facts"]["title"]} for r in raw]
 
 
 def test_hotpotqa_original_train_layout():
@@ -148,7 +156,7 @@ def test_hotpotqa_original_train_layout():
     assert len(qs) == 100 and qs[0].id == "hotpotqa:5a77ec115542992a6e59dff7"
     assert qs[0].question == "If Gallu is a demon Lilu is what?" and qs[0].answers == ["a spirit"]
     raw = json.loads((DATA / "hotpotqa/hotpot_train_100_original.json").read_text())
-    assert _titles(qs, ps) == [{t for t, _ in r["supporting_facts"]} for r in raw]
+    assert _titles(qs, ps) == [{html.unescape(t) for t, _ in r["supporting_facts"]} for r in raw]
     lilu = next(p for p in ps if p.title == "Lilu (mythology)")
     assert lilu.text.startswith("A lilu or lilû is a masculine Akkadian word for a spirit, related to Alû, demon.")
 

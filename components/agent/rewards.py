@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 import string
 from collections import Counter
@@ -14,7 +15,10 @@ from components.config import RewardConfig
 
 
 def normalize_answer(s: str) -> str:
-    """Lower text and remove punctuation, articles and extra whitespace."""
+    """Decode HTML entities, lower text and remove punctuation, articles and extra whitespace.
+
+    The model reads passages HTML-escaped (components.agent.observation), so "KKR &amp; Co." is its spelling of
+    "KKR & Co."; the rest is the official normalisation."""
 
     def remove_articles(text: str) -> str:
         return re.sub(r"\b(a|an|the)\b", " ", text)
@@ -26,7 +30,7 @@ def normalize_answer(s: str) -> str:
         exclude = set(string.punctuation)
         return "".join(ch for ch in text if ch not in exclude)
 
-    return white_space_fix(remove_articles(remove_punc(s.lower())))
+    return white_space_fix(remove_articles(remove_punc(html.unescape(s).lower())))
 
 
 def is_yes_no(answer: str | None) -> bool:

@@ -1,7 +1,9 @@
-"""The passage table: stable, unique passage ids; one id per distinct (corpus, title, text), whitespace collapsed."""
+"""The passage table: stable, unique passage ids; one id per distinct (corpus, title, text), HTML entities
+decoded and whitespace collapsed."""
 
 from __future__ import annotations
 
+import html
 from collections import defaultdict
 
 from components.data.schema import Passage
@@ -16,7 +18,9 @@ class PassageTable:
         self.passages: list[Passage] = []
 
     def add(self, dataset: str, title: str, text: str, corpus: str = "wiki") -> str:
-        title, text = " ".join(title.split()), " ".join(text.split())  # so layouts differing in spacing dedupe
+        # HTML entities decoded (HotpotQA's titles hold "&amp;", shown to the model as "&amp;amp;") and spacing
+        # collapsed, so that layouts differing in either dedupe
+        title, text = (" ".join(html.unescape(field).split()) for field in (title, text))
         key = (corpus, title, text)
         if key in self._ids:
             return self._ids[key]
