@@ -535,7 +535,8 @@ class TrainConfig(Section):
     mask: MaskConfig = MaskConfig()
     curriculum: CurriculumConfig = CurriculumConfig()
     eval_every: int = Field(default=20, ge=0, description="steps between held-out dev EM evaluations; 0 = never")
-    eval_questions: int = Field(default=200, ge=1)
+    eval_questions: int = Field(default=200, ge=1, description="the dev curve's questions: the last N of each dev "
+                                "set (evaluate.sets score the first)")
     target_em: float | None = Field(default=0.9, ge=0, le=1, description="dev EM whose first step is reported")
     stop_at_target: bool = Field(default=False, description="stop once dev EM reaches target_em")
     checkpoint_every: int = Field(default=20, ge=1)

@@ -556,6 +556,16 @@ def test_keep_best_needs_evaluations_and_the_local_trainer(tmp_path):
         parse_config(raw)
 
 
+def test_the_dev_curve_scores_the_last_dev_questions_so_keep_best_chooses_apart_from_evaluate(prepared):
+    cfg = parse_config(small_raw(prepared, eval_questions=4))
+    questions = train._prepared_questions(cfg)
+    curve = train.build_trainer(cfg).eval_sets
+    assert set(curve) == {"dev/synthetic", "dev/synthetic_cf"}
+    for name, qs in curve.items():
+        dev = train.split_questions(questions, [name.removeprefix("dev/")], "dev")
+        assert len(dev) == 10 and [q.id for q in qs] == [q.id for q in dev[-4:]]  # evaluate.sets' limit takes the first
+
+
 def test_the_verl_backend_refuses_a_time_budget(tmp_path):
     raw = small_raw(tmp_path, max_minutes=5)
     raw["train"]["backend"] = "verl"

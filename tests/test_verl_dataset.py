@@ -30,7 +30,7 @@ def test_export_schema(tmp_path):
     paths = export(cfg, tmp_path / "verl", eval_questions=1)
     train = pd.read_parquet(paths["train"])
     assert ids(paths["train"]) == ["q1", "q2"]  # train.datasets' train split only, as the local trainer
-    assert ids(paths["val"]) == ["q3", "q7"]  # their dev split, capped per dataset, plus the counterfactual set
+    assert ids(paths["val"]) == ["q8", "q7"]  # their dev split's last, capped per dataset, plus the counterfactual set
     row = train.iloc[1]
     assert row["data_source"] == "synthetic" and row["agent_name"] == AGENT_NAME
     assert [m["role"] for m in row["prompt"]] == ["system", "user"]

@@ -60,6 +60,14 @@ def split_questions(questions: Sequence[Question], datasets: Sequence[str], spli
     return [q for q in questions if q.dataset in datasets and q.split == split]
 
 
+def curve_questions(questions: Sequence[Question], dataset: str, n: int | None) -> list[Question]:
+    """The dev curve's questions of one dataset: the last `n` of its dev split. Evaluate scores the first
+    `limit` (evaluate.sets), so a model kept for its dev EM (train.keep: best) is chosen on other questions
+    whenever the dev split holds both."""
+    dev = split_questions(questions, [dataset], "dev")
+    return dev[-n:] if n else dev
+
+
 def curriculum_pool(questions: Sequence[Question], min_hops: int) -> list[Question]:
     """The questions of at least `min_hops` hops (one gold supporting passage a hop)."""
     return [q for q in questions if len(q.supporting_ids) >= min_hops]
@@ -191,11 +199,11 @@ def build_trainer(cfg: Config) -> Trainer:
                          f"train.datasets={tc.datasets} has that many hops")  # fmt: skip
     eval_sets = {}
     for ds in tc.datasets:
-        dev = split_questions(questions, [ds], "dev")[: tc.eval_questions]
+        dev = curve_questions(questions, ds, tc.eval_questions)
         if dev:
             eval_sets[f"dev/{ds}"] = dev
     if SYNTHETIC in tc.datasets:
-        cf = split_questions(questions, [COUNTERFACTUAL], "dev")[: tc.eval_questions]
+        cf = curve_questions(questions, COUNTERFACTUAL, tc.eval_questions)
         if cf:
             eval_sets[f"dev/{COUNTERFACTUAL}"] = cf
     policy, tok = load_model(artifacts.base_model(cfg), cfg, pick_device(cfg))

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from components.agent.prompts import SYSTEM_PROMPT, initial_messages, system_prompt_text
-from components.train.local.train import COUNTERFACTUAL, SYNTHETIC, split_questions
+from components.train.local.train import COUNTERFACTUAL, SYNTHETIC, curve_questions, split_questions
 from components import artifacts
 from components.data.prepare import read_questions
 from components.data.schema import DataError, Question
@@ -52,14 +52,14 @@ def write_split(questions: Sequence[Question], path: str | Path, system_prompt: 
 def export(cfg, out_dir: str | Path, eval_questions: int | None = None) -> dict[str, Path]:
     """Write train.parquet and val.parquet under `out_dir`; returns their paths.
 
-    `eval_questions` caps each dataset's val questions."""
+    `eval_questions` caps each dataset's val questions (the last of its dev split, as the local dev curve)."""
     source = artifacts.require(cfg, artifacts.questions(cfg))
     questions = read_questions(source)
     datasets = cfg.train.datasets  # as the local trainer: train.datasets' train split, their dev split for val
     val_sets = [*datasets, COUNTERFACTUAL] if SYNTHETIC in datasets else datasets
     splits = {
         "train": split_questions(questions, datasets, TRAIN_SPLIT),
-        "val": [q for ds in val_sets for q in split_questions(questions, [ds], EVAL_SPLIT)[:eval_questions]],
+        "val": [q for ds in val_sets for q in curve_questions(questions, ds, eval_questions)],
     }
     for name, qs in splits.items():
         if not qs:
