@@ -202,8 +202,9 @@ def run(profile: str = "qwen", params: str | Path = "params.yaml", set_: list[st
             f"Command: `{command}`" + (" (resumed)" if done else "") + f"; {total / 60:.1f} min in all.", "",
             f"Greedy; top {cfg.retrieval.top_k} passages of {a.passage_max_tokens or 'uncut'} tokens per search, "
             f"{a.max_turns} turns of {a.max_tokens_per_turn} tokens, {a.max_total_tokens} tokens an episode. EM/F1 with "
-            "the official normalisation; direct and naive RAG scored on plain generation, the agents on their "
-            "<answer> tag. EM 95 % CI: Wilson. tokens/s: generated tokens over generation time, batched.", ""]  # fmt: skip
+            "the official normalisation of the HTML-decoded text; direct and naive RAG scored on plain generation, "
+            "the agents on their <answer> tag. EM 95 % CI: Wilson. tokens/s: generated tokens over generation time, "
+            "batched.", ""]  # fmt: skip
     for name, rows in report.items():
         body += [f"### {name}", "", *table(rows), ""]
     replace_section(Path(out), profile, body)
