@@ -364,6 +364,13 @@ class WarmupConfig(Section):
         default=0, ge=0, description="SFT steps on gold-path transcripts of train questions before the format warm-up; 0 = off"
     )
     cold_start_lr: float = Field(default=2e-6, gt=0, description="learning rate of the cold start's SFT")
+    # Rejection sampling (components/base_model/rejection.py), after the format warm-up: SFT on the agent's own right
+    # episodes of the warm-up's questions.
+    rejection_samples: int = Field(
+        default=0, ge=0, description="episodes sampled per warm-up question, the right ones kept for SFT; 0 = off"
+    )
+    rejection_steps: int = Field(default=8, ge=1, description="SFT steps on the kept episodes")
+    rejection_lr: float = Field(default=2e-6, gt=0, description="learning rate of the rejection round's SFT")
 
 
 class ModelConfig(Section):

@@ -17,7 +17,7 @@ from components.config import load_config
 from components.data.prepare import load_all, write_passages, write_questions
 from components.data.schema import Passage, Question
 from components.io import write_json
-from components.base_model import cold_start
+from components.base_model import cold_start, rejection
 from components.base_model.base_model import warm_up_real
 from components.base_model.source import SOURCE_FILE
 from components.retrieval.embedded import EmbeddedBackend
@@ -173,9 +173,54 @@ def test_base_model_warm_up_runs_the_cold_start_sft(shipped, tmp_path):
     assert not torch.equal(before, after)
 
 
+def _rejection_cfg(root, **warmup):
+    settings = {"steps": 0, "rejection_samples": 2, "rejection_steps": 3, "rejection_lr": 1e-2, "batch_size": 2,
+                "micro_batch_size": 2, "probe_questions": 2, "probe_samples": 1} | warmup  # fmt: skip
+    extra = {f"model.warmup.{k}": v for k, v in settings.items()} | {"rollout.engine": "hf"}
+    return _config(root, extra, autocast=False)
+
+
+def _saved_tiny(tok, src):
+    model = _tiny_model(tok)
+    model.save_pretrained(src)
+    tok.save_pretrained(src)
+    write_json(src / SOURCE_FILE, {})
+    return model
+
+
+def test_the_rejection_round_learns_each_right_episode_once(shipped, made, tmp_path, monkeypatch):
+    """model.warmup.rejection_samples: the right episodes, each distinct one once, are learnt and saved; then a
+    probe measures the result."""
+    *_, tok, root = shipped
+    data, _, _ = made
+    model = _saved_tiny(tok, tmp_path / "pretrained")
+    top = "model.layers.0.mlp.down_proj.weight"
+    before = model.state_dict()[top].clone()
+    # a tiny random model never answers right: the gold-path transcripts (right answers, through the real
+    # environment) stand in for its samples, each drawn twice
+    monkeypatch.setattr(rejection, "sample", lambda model, episodes, questions, cfg: [*data, *data])
+    metrics = warm_up_real(_rejection_cfg(root), tmp_path / "pretrained", tmp_path / "base", NullTracker())
+    assert metrics["rejection_episodes"] == 2 * len(data) and metrics["rejection_kept"] == len(data)
+    assert metrics["rejection_sampled_em"] == 1.0 and metrics["rejection_loss"] < metrics["rejection_first_loss"]
+    assert 0.0 <= metrics["rejection_probe/em"] <= 1.0 and "rejection_probe/searches" in metrics
+    from transformers import AutoModelForCausalLM
+
+    assert not torch.equal(before, AutoModelForCausalLM.from_pretrained(tmp_path / "base").state_dict()[top])
+
+
+def test_a_rejection_round_with_no_right_episode_stops_naming_the_key(shipped, tmp_path):
+    *_, tok, root = shipped
+    _saved_tiny(tok, tmp_path / "pretrained")
+    with pytest.raises(ValueError, match=r"model.warmup.rejection_samples: none of 15 episodes on 15 train questions"):
+        warm_up_real(_rejection_cfg(root, rejection_samples=1, probe_questions=16), tmp_path / "pretrained",
+                     tmp_path / "base", NullTracker())  # fmt: skip
+    assert not (tmp_path / "base").exists()
+
+
 def test_the_default_and_qwen_profiles_leave_the_cold_start_off():
     for profile in (None, "qwen", "real"):
-        assert load_config(ROOT / "params.yaml", {"profile": profile}).model.warmup.cold_start_steps == 0
+        wc = load_config(ROOT / "params.yaml", {"profile": profile}).model.warmup
+        assert wc.cold_start_steps == 0 and wc.rejection_samples == 0
 
 
 def _config(root, extra: dict | None = None, **model):

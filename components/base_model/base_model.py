@@ -23,7 +23,7 @@ from components.data.prepare import read_passages, read_questions
 from components.data.schema import Question
 from components.data.synthetic import COUNTERFACTUAL, FACTUAL, RELATIONS, question_text, words
 from components.io import atomic_path
-from components.base_model import cold_start, warmup
+from components.base_model import cold_start, rejection, warmup
 from components.model.loading import RolloutWeights, autocast, load_model, pick_device
 from components.base_model.priming import corpus_chunks, make_transcripts, prime
 from components.base_model.source import SOURCE_FILE, materialise
@@ -50,7 +50,7 @@ def run(cfg: Config, tracker) -> dict[str, float]:
     tracker.set_tags({"base_model": cfg.model.name_or_path, **{f"base_model.{k}": str(v) for k, v in info.items()}})
     metrics = {"params": float(info["params"])}
     with atomic_path(out) as tmp:
-        if cfg.model.warmup.steps or cfg.model.warmup.cold_start_steps:
+        if cfg.model.warmup.steps or cfg.model.warmup.cold_start_steps or cfg.model.warmup.rejection_samples:
             metrics |= warm_up_real(cfg, pretrained, tmp, tracker)
         else:
             shutil.copytree(pretrained, tmp)
@@ -80,12 +80,15 @@ def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]
     chat = episodes.chat
     metrics: dict[str, float] = {}
     # the warm-up's probes roll out on vLLM (sent the weights before each) or on the model itself
-    actor = RolloutWeights(model, cfg, src) if cfg.rollout.engine == "vllm" and wc.steps else None
+    sampled = wc.steps or wc.rejection_samples
+    actor = RolloutWeights(model, cfg, src) if cfg.rollout.engine == "vllm" and sampled else None
     try:
         if wc.cold_start_steps:
             metrics |= cold_start.run(model, chat, backend, order[n_probe:], prepared, passages, cfg, tracker)
         if wc.steps:
             metrics |= _format_warm_up(model, actor, episodes, backend, questions, probe_qs, titles, cfg, rng, tracker)
+        if wc.rejection_samples:
+            metrics |= _rejection_round(model, actor, episodes, backend, questions, probe_qs, cfg, tracker)
     finally:
         backend.close()
         if actor is not None:
@@ -94,6 +97,23 @@ def warm_up_real(cfg: Config, src: Path, out: Path, tracker) -> dict[str, float]
     tok.save_pretrained(out)
     shutil.copy(src / SOURCE_FILE, out / SOURCE_FILE)
     return metrics
+
+
+def _rejection_round(model, actor: RolloutWeights | None, episodes: EpisodeSetup, backend, questions: list[Question],
+                     probe_qs: list[Question], cfg: Config, tracker) -> dict[str, float]:  # fmt: skip
+    """The rejection round on `questions`, sampled on `actor` when there is one, then a probe on `probe_qs`."""
+
+    def sampler():
+        if actor is None:
+            return model
+        actor.sync()
+        return actor.model
+
+    backend.reseed(0, 3)
+    metrics = rejection.run(model, sampler(), episodes, questions, cfg, tracker)
+    backend.reseed(0, 2)  # the format warm-up's probes' retriever ties
+    scores = warmup.probe(sampler(), episodes, probe_qs, cfg, cfg.project.seed)
+    return metrics | {f"rejection_probe/{k}": v for k, v in scores.items()}
 
 
 def _format_warm_up(model, actor: RolloutWeights | None, episodes: EpisodeSetup, backend, questions: list[Question],

@@ -199,23 +199,24 @@ def held_out_passages(questions: Sequence[Question]) -> set[str]:
 # --- SFT -----------------------------------------------------------------------------------------------------
 
 
-def sft(model, data: Sequence[Trajectory], cfg: Config, pad_id: int, log=None) -> list[float]:
-    """`model.warmup.cold_start_steps` AdamW steps of the warm-up's masked next-token loss (priming.lm_step), the
-    action mask as its targets: only the model's turns are learnt. Returns the losses."""
+def sft(model, data: Sequence[Trajectory], cfg: Config, pad_id: int, steps: int, lr: float, name: str = "cold_start",
+        log=None) -> list[float]:  # fmt: skip
+    """`steps` AdamW steps at `lr` of the warm-up's masked next-token loss (priming.lm_step), the action mask as its
+    targets: only the model's turns are learnt. Logs `<name>_loss`; returns the losses."""
     wc = cfg.model.warmup
     params = freeze_below(model, cfg.train.trainable_layers)
-    opt = torch.optim.AdamW(params, lr=wc.cold_start_lr)
-    rng = random.Random(f"agentr1-cold-start:{cfg.project.seed}")
+    opt = torch.optim.AdamW(params, lr=lr)
+    rng = random.Random(f"agentr1-{name.replace('_', '-')}:{cfg.project.seed}")
     seqs = [Sequence_(list(t.input_ids), list(t.action_mask)) for t in data]
     device = next(model.parameters()).device
     losses: list[float] = []
     model.train()
-    for step in tqdm(range(1, wc.cold_start_steps + 1), desc="cold start", disable=None):
+    for step in tqdm(range(1, steps + 1), desc=name.replace("_", " "), disable=None):
         batch = rng.sample(seqs, min(wc.batch_size, len(seqs)))
         losses.append(sft_step(model, opt, params, batch, pad_id, device, autocast(cfg, device), wc.micro_batch_size,
                                cfg.train.max_grad_norm))  # fmt: skip
         if log is not None:
-            log({"cold_start_loss": losses[-1]}, step=step)
+            log({f"{name}_loss": losses[-1]}, step=step)
     model.requires_grad_(True)
     model.eval()
     return losses
@@ -230,7 +231,8 @@ def run(model, chat: ChatFormat, backend: SearchBackend, train: Sequence[Questio
         raise ValueError(f"model.warmup.cold_start_steps: no honest cold-start transcript from {len(train)} train "
                          f"questions (dropped: {dict(drops)})")  # fmt: skip
     tracker.log_text("\n\n".join(chat.tok.decode(t.input_ids) for t in data[:8]), "cold_start/transcripts.txt")
-    losses = sft(model, data, cfg, chat.pad_id, log=tracker.log_metrics)
+    wc = cfg.model.warmup
+    losses = sft(model, data, cfg, chat.pad_id, wc.cold_start_steps, wc.cold_start_lr, log=tracker.log_metrics)
     tail = losses[-10:]
     searches = sum(t.episode.n_calls for t in data) / len(data)
     return {"cold_start_transcripts": float(len(data)), "cold_start_dropped": float(sum(drops.values())),

@@ -1,0 +1,60 @@
+"""Rejection sampling (STaR, RFT; DGPO's "cold start on good trajectories", here the model's own): sample episodes
+of train questions from the warmed-up agent, keep those whose answer is right, and fine-tune on them with the cold
+start's SFT (the action mask is the target: only the model's turns are learnt).
+
+Unlike a GRPO group, every kept episode teaches: none is spent on a question whose episodes all score the same.
+An episode is kept once: a question answered right the same way by several samples counts once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from components.base_model.cold_start import sft
+from components.config import Config
+from components.data.schema import Question
+from components.model.loading import rollout_autocast
+from components.rollout.episode_setup import EpisodeSetup
+from components.rollout.trajectory import Trajectory
+
+
+def sample(model, episodes: EpisodeSetup, questions: Sequence[Question], cfg: Config) -> list[Trajectory]:
+    """`model.warmup.rejection_samples` episodes of each question at train.temperature, through the real rollout."""
+    group = [q for q in questions for _ in range(cfg.model.warmup.rejection_samples)]
+    gen = torch.Generator().manual_seed(cfg.project.seed)
+    with rollout_autocast(cfg, model):
+        return episodes.rollout(model, group, temperature=cfg.train.temperature, generator=gen)
+
+
+def keep_right(trajs: Sequence[Trajectory]) -> list[Trajectory]:
+    """The episodes whose answer is an exact match, each distinct token sequence once."""
+    seen: set[tuple[int, ...]] = set()
+    kept = []
+    for t in trajs:
+        ids = tuple(t.input_ids)
+        if t.episode.em == 1.0 and ids not in seen:
+            seen.add(ids)
+            kept.append(t)
+    return kept
+
+
+def run(model, sampler, episodes: EpisodeSetup, questions: Sequence[Question], cfg: Config,
+        tracker) -> dict[str, float]:  # fmt: skip
+    """Sample on `sampler` (the model itself, or its vLLM actor holding the same weights), keep the right episodes,
+    then `model.warmup.rejection_steps` SFT steps on them."""
+    wc = cfg.model.warmup
+    trajs = sample(sampler, episodes, questions, cfg)
+    data = keep_right(trajs)
+    if not data:
+        raise ValueError(f"model.warmup.rejection_samples: none of {len(trajs)} episodes on {len(questions)} train "
+                         "questions answered right; nothing to fine-tune on")  # fmt: skip
+    tracker.log_text("\n\n".join(episodes.chat.tok.decode(t.input_ids) for t in data[:8]), "rejection/kept.txt")
+    losses = sft(model, data, cfg, episodes.chat.pad_id, wc.rejection_steps, wc.rejection_lr, "rejection",
+                 log=tracker.log_metrics)  # fmt: skip
+    tail = losses[-10:]
+    return {"rejection_episodes": float(len(trajs)), "rejection_kept": float(len(data)),
+            "rejection_sampled_em": sum(t.episode.em for t in trajs) / len(trajs),
+            "rejection_kept_searches": sum(t.episode.n_valid_calls for t in data) / len(data),
+            "rejection_first_loss": losses[0], "rejection_loss": sum(tail) / len(tail)}  # fmt: skip
