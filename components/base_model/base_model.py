@@ -103,13 +103,13 @@ def _rejection_round(model, actor: RolloutWeights | None, episodes: EpisodeSetup
                      probe_qs: list[Question], cfg: Config, tracker) -> dict[str, float]:  # fmt: skip
     """The rejection round on `questions`, sampled on `actor` when there is one, then a probe on `probe_qs`."""
 
-    def sampler():
+    def sampler():  # what samples the model's current weights: vLLM is sent them first
         if actor is None:
             return model
         actor.sync()
         return actor.model
 
-    backend.reseed(0, 3)
+    backend.reseed(0, 3)  # the round's own retriever ties (the cold start's are 1, the probes' 2)
     metrics = rejection.run(model, sampler(), episodes, questions, cfg, tracker)
     backend.reseed(0, 2)  # the format warm-up's probes' retriever ties
     scores = warmup.probe(sampler(), episodes, probe_qs, cfg, cfg.project.seed)
