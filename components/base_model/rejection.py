@@ -10,22 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
 from components.base_model.cold_start import sft
+from components.base_model.warmup import sample_episodes
 from components.config import Config
 from components.data.schema import Question
-from components.model.loading import rollout_autocast
 from components.rollout.episode_setup import EpisodeSetup
 from components.rollout.trajectory import Trajectory
 
 
 def sample(model, episodes: EpisodeSetup, questions: Sequence[Question], cfg: Config) -> list[Trajectory]:
-    """`model.warmup.rejection_samples` episodes of each question at train.temperature, through the real rollout."""
-    group = [q for q in questions for _ in range(cfg.model.warmup.rejection_samples)]
-    gen = torch.Generator().manual_seed(cfg.project.seed)
-    with rollout_autocast(cfg, model):
-        return episodes.rollout(model, group, temperature=cfg.train.temperature, generator=gen)
+    """`model.warmup.rejection_samples` episodes of each question, sampled as the warm-up's probes are."""
+    return sample_episodes(model, episodes, questions, cfg.model.warmup.rejection_samples, cfg, cfg.project.seed)
 
 
 def keep_right(trajs: Sequence[Trajectory]) -> list[Trajectory]:

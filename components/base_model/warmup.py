@@ -45,7 +45,7 @@ from components.rollout.chat import ChatFormat
 from components.rollout.content import content_entropy
 from components.rollout.engine import RolloutStats
 from components.rollout.episode_setup import EpisodeSetup
-from components.rollout.trajectory import transcript
+from components.rollout.trajectory import Trajectory, transcript
 
 FUNCTION_WORDS = frozenset(
     "a an the of in on at to for by with from and or is was are were be been who whom whose what which when where "
@@ -230,6 +230,16 @@ def _search(backend: SearchBackend, drafts: Sequence[_Draft], k: int) -> list[li
 
 
 @torch.no_grad()
+def sample_episodes(model, episodes: EpisodeSetup, questions: Sequence[Question], samples: int, cfg: Config,
+                    seed: int, stats: RolloutStats | None = None) -> list[Trajectory]:  # fmt: skip
+    """`samples` episodes of each question, in order, at train.temperature through the real rollout (seeded)."""
+    group = [q for q in questions for _ in range(samples)]
+    gen = torch.Generator().manual_seed(seed)
+    with rollout_autocast(cfg, model):
+        return episodes.rollout(model, group, temperature=cfg.train.temperature, generator=gen, stats=stats)
+
+
+@torch.no_grad()
 def probe(model, episodes: EpisodeSetup, questions: Sequence[Question], cfg: Config, seed: int,
           shown: list[str] | None = None) -> dict[str, float]:  # fmt: skip
     """Episodes sampled at train.temperature through the real rollout (each question `model.warmup.probe_samples`
@@ -237,11 +247,8 @@ def probe(model, episodes: EpisodeSetup, questions: Sequence[Question], cfg: Con
     every sampled token and of the content tokens (queries, answers).
     `shown` receives a readable transcript of each question's first episode."""
     chat = episodes.chat
-    group = [q for q in questions for _ in range(cfg.model.warmup.probe_samples)]
     stats = RolloutStats()
-    gen = torch.Generator().manual_seed(seed)
-    with rollout_autocast(cfg, model):
-        trajs = episodes.rollout(model, group, temperature=cfg.train.temperature, generator=gen, stats=stats)
+    trajs = sample_episodes(model, episodes, questions, cfg.model.warmup.probe_samples, cfg, seed, stats)
     eps = [t.episode for t in trajs]
     if shown is not None:
         shown += [transcript(t) for t in trajs[:: cfg.model.warmup.probe_samples]]
