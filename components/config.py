@@ -258,11 +258,22 @@ class AgentConfig(Section):
         default=False, description="the environment searches the question before the first turn; its call and "
         "results are part of the prompt (Agent-R1's HotpotQA recipe)",
     )  # fmt: skip
+    first_search_at: Literal["tool_response", "question_turn"] = Field(
+        default="tool_response", description="where the forced first search's results go: a finished first call "
+        "(tool_response), or above the question in the question turn (question_turn, naive RAG's prompt)",
+    )  # fmt: skip
     observation_question: bool = Field(
         default=False, description="the question repeated below each search's results (the environment's and the "
         "format warm-up's): the model reads them with the question last, as in naive RAG's prompt",
     )  # fmt: skip
     reward: RewardConfig = RewardConfig()
+
+    @model_validator(mode="after")
+    def _first_search_at(self) -> AgentConfig:
+        if self.first_search_at != "tool_response" and not self.force_first_search:
+            raise ValueError(f"agent.first_search_at: {self.first_search_at} places the forced first search; "
+                             "set agent.force_first_search: true with it")  # fmt: skip
+        return self
 
 
 class PrimingConfig(Section):

@@ -16,7 +16,7 @@ from components.config import ConfigError, load_config, parse_config
 from components.data.schema import Passage, Question
 from components.retrieval.embedded import EmbeddedBackend
 from components.rollout.chat import ChatFormat
-from components.rollout.episode_setup import make_env, searched_prompts
+from components.rollout.episode_setup import episode_setup, make_env, searched_prompts
 from tests.conftest import ROOT
 from tests.real_tokenizer import qwen_tokenizer
 
@@ -126,3 +126,24 @@ def test_the_question_below_each_searchs_results(chat, tok, qwen_cfg, tmp_path):
     plain = make_env(backend, [q], qwen_cfg.agent, 2, chat)  # off, as params.yaml has it
     assert not plain.step([plain.reset(q)], [call])[0].observation.endswith(note)
     backend.close()
+
+
+def test_forced_first_search_in_the_question_turn(chat, tok, qwen_cfg, tmp_path):
+    """agent.first_search_at: question_turn: an episode starts from naive RAG's prompt (its results above the
+    question), the environment counts those passages as seen, and the agent's own searches still show the question
+    below their results. Without the forced search the key is refused in one line that names it."""
+    backend = EmbeddedBackend(tmp_path / "idx", seed=0)
+    backend.build("w", PASSAGES)
+    agent = qwen_cfg.agent.model_copy(update={"force_first_search": True, "first_search_at": "question_turn",
+                                              "observation_question": True})  # fmt: skip
+    episodes = episode_setup(tok, backend, [Q], agent, 2)
+    prompt = episodes.prompts([Q])[0]
+    assert prompt == searched_prompts([Q], episodes.chat, episodes.env, "question_turn")[0]
+    assert "<tool_response>\n" not in tok.decode(prompt)  # no tool turn: the system prompt alone names the tag
+    ep = episodes.env.reset(Q)
+    assert ep.first_ids and ep.seen_ids == set(ep.first_ids)
+    call = '<tool_call>{"name": "search", "arguments": {"query": "Adriana Trigiani"}}</tool_call>'
+    assert episodes.env.step([ep], [call])[0].observation.endswith(question_note(Q.question))
+    backend.close()
+    with pytest.raises(ConfigError, match=r"agent\.first_search_at: question_turn .* agent\.force_first_search"):
+        load_config(ROOT / "params.yaml", {"profile": "qwen", "agent.first_search_at": "question_turn"})

@@ -65,15 +65,18 @@ def _runs(ids: list[int], targets: list[int]) -> list[list[int]]:
     return runs + ([cur] if cur else [])
 
 
-@pytest.fixture(scope="module", params=[(False, "masked", "any"), (True, "masked", "any"), (True, "drawn", "any"),
-                                        (True, "drawn", "linked")],
-                ids=["searching", "forced_first_search", "drawn_content", "drawn_linked_queries"])  # fmt: skip
+@pytest.fixture(scope="module", params=[(False, "masked", "any", "tool_response"), (True, "masked", "any", "tool_response"),
+                                        (True, "masked", "any", "question_turn"), (True, "drawn", "any", "tool_response"),
+                                        (True, "drawn", "linked", "tool_response")],
+                ids=["searching", "forced_first_search", "forced_in_question_turn", "drawn_content",
+                     "drawn_linked_queries"])  # fmt: skip
 def made(request, shipped):
     cfg, train, backend, titles, tok = shipped
-    forced, content, queries = request.param
+    forced, content, queries, at = request.param
     warm = cfg.model.warmup.model_copy(update={"content": content, "queries": queries})
     model = cfg.model.model_copy(update={"warmup": warm})
-    cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"force_first_search": forced}), "model": model})
+    agent = cfg.agent.model_copy(update={"force_first_search": forced, "first_search_at": at})
+    cfg = cfg.model_copy(update={"agent": agent, "model": model})
     chat = ChatFormat.for_agent(tok, cfg.agent)
     return cfg, chat, train, warmup.transcripts(train, backend, chat, cfg, titles, random.Random(0))
 
@@ -159,11 +162,16 @@ def test_drawn_content_is_names_from_the_results(made):
 def test_transcripts_have_one_to_max_turns_minus_one_searches(made):
     cfg, chat, _, made_ = made
     forced = cfg.agent.force_first_search
+    as_call = forced and cfg.agent.first_search_at == "tool_response"  # the forced search shown as a finished call
     ends = Counter()
     for t in made_:
         q, seq = t.question, t.seq
         text = chat.tok.decode(seq.ids)
-        model_calls = text.count("<tool_call>") - 1 - forced  # the system prompt shows the syntax once
+        model_calls = text.count("<tool_call>") - 1 - as_call  # the system prompt shows the syntax once
+        if forced and not as_call:  # its results sit above the question, in the prompt
+            assert text.count("Search results:\n[1] ") == 1 and text.index("Search results:") < text.index("Question: ")
+            head = chat.tok.decode(seq.ids[: seq.targets.index(1)])  # all before the first target is prompt
+            assert head.endswith(f"Question: {q.question}<|im_end|>\n<|im_start|>assistant\n"), head[-200:]
         ends[model_calls] += 1
         targets = [i for i, t in zip(seq.ids, seq.targets) if t]
         assert chat.tok.decode(targets).count("<tool_call>") == model_calls

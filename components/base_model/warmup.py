@@ -44,7 +44,7 @@ from components.retrieval.base import Hit, SearchBackend
 from components.rollout.chat import ChatFormat
 from components.rollout.content import content_entropy
 from components.rollout.engine import RolloutStats
-from components.rollout.episode_setup import EpisodeSetup
+from components.rollout.episode_setup import EpisodeSetup, question_turn_prompt
 from components.rollout.trajectory import Trajectory, transcript
 
 FUNCTION_WORDS = frozenset(
@@ -183,13 +183,18 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
             if not shown:
                 d.ok = False
                 continue
-            ids, targets = call_turn(chat, d.query, d.query == d.q.question)
-            if forced and turn == 0:  # the environment's own first search: all of it is prompt
-                d.ids, d.targets = d.ids + ids, d.targets + [0] * len(ids)
+            results = format_hits(shown, cut)
+            if forced and turn == 0 and agent.first_search_at == "question_turn":  # all of it is prompt
+                d.ids = question_turn_prompt(chat, d.q.question, results)
+                d.targets = [0] * len(d.ids)
             else:
-                d.add_turn(ids, targets, teach)
-            insert = list(chat.insert_ids(shown_results(format_hits(shown, cut), d.q.question, agent), True))
-            d.ids, d.targets = d.ids + insert, d.targets + [0] * len(insert)
+                ids, targets = call_turn(chat, d.query, d.query == d.q.question)
+                if forced and turn == 0:  # the environment's own first search as a finished call: all of it is prompt
+                    d.ids, d.targets = d.ids + ids, d.targets + [0] * len(ids)
+                else:
+                    d.add_turn(ids, targets, teach)
+                insert = list(chat.insert_ids(shown_results(results, d.q.question, agent), True))
+                d.ids, d.targets = d.ids + insert, d.targets + [0] * len(insert)
             d.queried.add(d.query)
             d.last = names_in(shown, d.banned, cut)
             d.names += [n for n in d.last if n not in d.names]

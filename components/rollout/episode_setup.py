@@ -5,7 +5,8 @@ environment over the questions' corpora, the prompts episodes start from, then t
     trajectories = episodes.rollout(model, questions, temperature=1.0, generator=...)
 
 Under agent.force_first_search the environment searches each question before the first turn and the prompt shows
-the results as a finished first call; otherwise a prompt is the rendered question.
+the results as a finished first call, or above the question (agent.first_search_at: question_turn); otherwise a
+prompt is the rendered question.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class EpisodeSetup:
     def prompts(self, questions: Sequence[Question]) -> list[list[int]]:
         """The prompt ids each question's episode starts from (searched ones under agent.force_first_search)."""
         if self.agent.force_first_search:
-            return searched_prompts(questions, self.chat, self.env)
+            return searched_prompts(questions, self.chat, self.env, self.agent.first_search_at)
         return [self.chat.prompt_ids(q.question) for q in questions]
 
     def rollout(self, model, questions: Sequence[Question], prompts: Sequence[list[int]] | None = None,
@@ -76,10 +77,15 @@ def searched_prompts(questions: Sequence[Question], chat: ChatFormat, env: ToolE
     prompts = []
     for q, r in zip(questions, results):
         if where == "question_turn":
-            messages = initial_messages(q.question, chat.system_prompt)
-            messages[-1]["content"] = f"Search results:\n{r.text}\n\n{messages[-1]['content']}"
-            prompts.append(chat.encode(render_prompt(chat.tok, messages, chat.tools)))
+            prompts.append(question_turn_prompt(chat, q.question, r.text))
             continue
         ids = chat.prompt_ids(q.question) + chat.encode(call_text(q.question)) + [chat.eos_id]
         prompts.append(ids + list(chat.insert_ids(env.observation(q, r.text), True)))
     return prompts
+
+
+def question_turn_prompt(chat: ChatFormat, question: str, results: str) -> list[int]:
+    """The prompt with a search's results above the question, in the question turn (Search-R1's naive RAG)."""
+    messages = initial_messages(question, chat.system_prompt)
+    messages[-1]["content"] = f"Search results:\n{results}\n\n{messages[-1]['content']}"
+    return chat.encode(render_prompt(chat.tok, messages, chat.tools))
