@@ -245,6 +245,9 @@ class RewardConfig(Section):
     )  # fmt: skip
 
 
+SearchedAt = Literal["tool_response", "question_turn"]  # where a searched prompt shows its passages
+
+
 class AgentConfig(Section):
     system_prompt: bool | Annotated[str, Field(min_length=1)] = Field(
         default=True, description="true: the agent's system prompt (components/agent/prompts.py); false: none (the primed "
@@ -258,7 +261,7 @@ class AgentConfig(Section):
         default=False, description="the environment searches the question before the first turn; its call and "
         "results are part of the prompt (Agent-R1's HotpotQA recipe)",
     )  # fmt: skip
-    first_search_at: Literal["tool_response", "question_turn"] = Field(
+    first_search_at: SearchedAt = Field(
         default="tool_response", description="where the forced first search's results go: a finished first call "
         "(tool_response), or above the question in the question turn (question_turn, naive RAG's prompt)",
     )  # fmt: skip
@@ -595,7 +598,7 @@ class EvaluateConfig(Section):
         ]
     )
     baselines: list[Baseline] = Field(default_factory=lambda: ["direct", "naive_rag", "base_agent"])
-    naive_rag: Literal["tool_response", "question_turn"] = Field(
+    naive_rag: SearchedAt = Field(
         default="tool_response", description="where naive RAG shows its passages: as the result of a completed search "
         "call (the agent's own format), or above the question in the question turn (Search-R1's baseline)"
     )

@@ -14,13 +14,13 @@ from typing import Literal
 
 from components.agent.parser import ANSWER_OPEN
 from components.agent.rewards import exact_match, f1, is_yes_no
-from components.config import AgentConfig, RolloutConfig
+from components.config import AgentConfig, RolloutConfig, SearchedAt
 from components.data.schema import Question
 from components.evaluation.answers import plain_answer
 from components.retrieval.base import SearchBackend
 from components.rollout.chat import ChatFormat
 from components.rollout.engine import RolloutStats
-from components.rollout.episode_setup import NaiveRag, episode_setup, searched_prompts
+from components.rollout.episode_setup import episode_setup, searched_prompts
 from components.rollout.progress import GenerationProgress
 from components.rollout.steps import episode_steps
 from components.rollout.trajectory import Trajectory, transcript
@@ -64,7 +64,7 @@ def evaluate_agent(
     stats: RolloutStats | None = None,
     desc: str | None = None,
     engine: RolloutConfig | None = None,
-    naive_rag: NaiveRag = "tool_response",
+    naive_rag: SearchedAt = "tool_response",
 ) -> list[AgentResult]:
     """Greedy episodes, at most `batch_tokens` (rows x the longest possible row) in the KV cache at once."""
     if mode != "agent":

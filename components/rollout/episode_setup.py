@@ -13,20 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from components.agent.tool_env import ToolEnv
 from components.agent.parser import call_text
 from components.agent.prompts import initial_messages, render_prompt
 from components.agent.tools import SearchTool
-from components.config import AgentConfig
+from components.config import AgentConfig, SearchedAt
 from components.data.schema import Question
 from components.retrieval.base import SearchBackend
 from components.rollout.chat import ChatFormat
 from components.rollout.engine import rollout
 from components.rollout.trajectory import Trajectory
 
-NaiveRag = Literal["tool_response", "question_turn"]  # where a searched prompt shows its passages
 
 
 @dataclass(frozen=True)
@@ -68,7 +66,7 @@ def make_env(backend: SearchBackend, questions: Sequence[Question], agent: Agent
 
 
 def searched_prompts(questions: Sequence[Question], chat: ChatFormat, env: ToolEnv,
-                     where: NaiveRag = "tool_response") -> list[list[int]]:
+                     where: SearchedAt = "tool_response") -> list[list[int]]:
     """Each question's prompt with the results of one search, the question as the query, through the agent's own
     search tool (the env's first_search, so they read exactly as an agent's search would). Shown as a finished
     first call ("tool_response": naive RAG's prompt, and the agent's under agent.force_first_search), or above
