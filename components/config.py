@@ -243,6 +243,10 @@ class RewardConfig(Section):
         default=False, description="a call's bonuses (valid_call, new_info, supporting) count only if the episode "
         "ends with an answer, so searching without answering earns nothing; penalties always count",
     )  # fmt: skip
+    process_needs_right_answer: bool = Field(
+        default=False, description="stricter: the call bonuses count only if the answer scores above 0 on "
+        "answer_metric, so only searches on the way to a right answer earn them; penalties always count",
+    )  # fmt: skip
 
 
 SearchedAt = Literal["tool_response", "question_turn"]  # where a searched prompt shows its passages

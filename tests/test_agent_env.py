@@ -84,6 +84,24 @@ def test_call_bonuses_need_an_answer_when_asked(backend):
     assert lost.rescore(RewardConfig(**w)) == pytest.approx(0.6 - 0.2 + 0.6)  # the gate off: bonuses stay
 
 
+def test_call_bonuses_need_a_right_answer_when_asked(backend):
+    """process_needs_right_answer: a wrong answer gives its bonuses back as a missing one does; a right one keeps
+    them. Penalties always count, and rescore replays the same totals."""
+    w = dict(supporting=0.5, new_info=0.1, invalid_call=0.2)
+    env = make_env(backend, process_needs_right_answer=True, **w)
+    eps = [env.reset(Q) for _ in range(3)]
+    env.step(eps, [call("Bavo rival")] * 3)
+    env.step(eps, ["garbage", "<answer>Kelitu</answer>", "<answer>Dozi</answer>"])
+    env.step(eps[:1], [call("Kelitu mentor")])  # the third turn, no answer
+    lost, wrong, right = eps
+    assert lost.total_reward == pytest.approx(-0.2)  # its bonuses back, its penalty kept
+    assert wrong.total_reward == pytest.approx(0.0) and wrong.em == 0.0
+    assert right.total_reward == pytest.approx(0.6 + 1.0)
+    for ep in eps:
+        assert ep.rescore(env.cfg.reward) == pytest.approx(ep.total_reward)
+    assert wrong.rescore(RewardConfig(**w)) == pytest.approx(0.6)  # the gate off: a wrong answer keeps them
+
+
 def test_support_recall_and_answer_seen_follow_the_searches(backend):
     """What an episode's searches found of the gold: the share of supporting passages, and whether a gold answer
     was in an observation (the step logs their means next to EM)."""

@@ -102,11 +102,12 @@ def test_multi_node_and_extra_overrides(tmp_path, monkeypatch):
     assert o[-1] == "trainer.val_only=true"
 
 
-def test_a_reward_verl_cannot_pay_is_refused_by_name(tmp_path):
+@pytest.mark.parametrize("gate", ["process_needs_answer", "process_needs_right_answer"])
+def test_a_reward_verl_cannot_pay_is_refused_by_name(tmp_path, gate):
     cfg = make_cfg(tmp_path)
     cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"reward": cfg.agent.reward.model_copy(
-        update={"process_needs_answer": True})})})  # fmt: skip
-    with pytest.raises(launch.LaunchError, match="agent.reward.process_needs_answer"):
+        update={gate: True})})})  # fmt: skip
+    with pytest.raises(launch.LaunchError, match=f"agent.reward.{gate}:"):
         launch.overrides(cfg)
 
 

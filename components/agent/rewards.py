@@ -110,7 +110,17 @@ def process_reward(
     return r
 
 
-def unearned_bonus(process_rewards: Iterable[float], w: RewardConfig) -> float:
-    """With `process_needs_answer`, the call bonuses an episode that ended without an answer gives back (taken off
-    its outcome, so its total is the no-answer outcome plus its penalties); else 0."""
-    return sum(max(r, 0.0) for r in process_rewards) if w.process_needs_answer else 0.0
+def _keeps_bonuses(answer: str | None, golds: Sequence[str], w: RewardConfig) -> bool:
+    """Whether an episode keeps its call bonuses: always, unless a gate asks for an answer (`process_needs_answer`)
+    or a right one (`process_needs_right_answer`: the answer metric above 0)."""
+    if w.process_needs_right_answer:
+        return answer is not None and ANSWER_METRICS[w.answer_metric](answer, golds) > 0
+    return answer is not None or not w.process_needs_answer
+
+
+def unearned_bonus(
+    process_rewards: Iterable[float], answer: str | None, golds: Sequence[str], w: RewardConfig
+) -> float:
+    """The call bonuses an episode gives back when a gate says it did not earn them (taken off its outcome, so its
+    total is its outcome plus its penalties); else 0."""
+    return 0.0 if _keeps_bonuses(answer, golds, w) else sum(max(r, 0.0) for r in process_rewards)

@@ -69,9 +69,7 @@ class Episode:
             rewards.append(process_reward(valid, ids, seen, self.question.supporting_ids, w))
             seen.update(ids)
         outcome = outcome_reward(self.answer, self.question.answers, w)
-        if self.answer is None:
-            outcome -= unearned_bonus(rewards, w)
-        return sum(rewards) + outcome
+        return sum(rewards) + outcome - unearned_bonus(rewards, self.answer, self.question.answers, w)
 
 
 @dataclass(frozen=True)
@@ -158,6 +156,7 @@ class ToolEnv:
         if isinstance(action, Answer):
             ep.answer, ep.done = action.text, True
             ep.outcome = outcome_reward(ep.answer, ep.question.answers, w)
+            ep.outcome -= unearned_bonus(ep.process_rewards, ep.answer, ep.question.answers, w)
             return StepResult(action, None, 0.0, True)
         ep.n_calls += 1
         if result is not None and result.success:
@@ -179,7 +178,7 @@ class ToolEnv:
 
     def truncate(self, ep: Episode) -> None:
         """End an episode without an answer (max turns or max tokens): the format penalty applies, and under
-        `process_needs_answer` the call bonuses are given back."""
+        `process_needs_answer` or `process_needs_right_answer` the call bonuses are given back."""
         ep.done = True
         ep.outcome = outcome_reward(None, ep.question.answers, self.cfg.reward)
-        ep.outcome -= unearned_bonus(ep.process_rewards, self.cfg.reward)
+        ep.outcome -= unearned_bonus(ep.process_rewards, None, ep.question.answers, self.cfg.reward)
