@@ -20,7 +20,7 @@ import torch
 from components.config import load_config
 from components.data.loaders import LOADERS
 from components.data.passages import PassageTable
-from components.model.loading import RolloutWeights, load_model
+from components.model.loading import RolloutWeights, load_model, native_bf16
 from components.base_model.source import materialise
 from components.model.top_layers import frozen_layers
 from components.retrieval.factory import make_backend
@@ -37,7 +37,7 @@ from tests.conftest import ROOT as repo_root
 
 pytestmark = pytest.mark.slow
 
-# vLLM computes in bf16 with its own kernels. Against the trainer's forward (bf16 autocast where bf16 is native, as
+# vLLM computes with its own kernels, in bf16 where bf16 is native (else fp32). Against the trainer's forward (bf16 autocast where bf16 is native, as
 # the trainer computes), SmolLM2 on a Zen 4 EPYC: mean |difference| of log-probs 0.03-0.04 nats, one token up to
 # about 0.5; after an AdamW step at lr 1e-3 without the sync, 1.4.
 MEAN_TOL = 0.1
@@ -292,12 +292,20 @@ def test_rollout_weights_refuse_vllm_without_a_model_dir(real):
         RolloutWeights(trainer.policy, cfg)
 
 
+def test_vllm_computes_in_bf16_only_where_it_is_native(real):
+    """rollout.vllm.dtype: auto follows the trainer's rule (bf16 on a CPU with AVX512-BF16 or AMX, else fp32:
+    emulated bf16 generated 3.2x slower on an AVX2 EPYC); the weights sent after a step travel in that dtype."""
+    _, _, trainer = real
+    assert trainer.actor.model.dtype == ("bfloat16" if native_bf16(torch.device("cpu")) else "float32")
+
+
+# The orphan also asks for the dtype "auto" would not choose: the setting reaches the worker.
 ORPHAN = """
 import os, sys
 from components.config import RolloutConfig
 from components.rollout.vllm_engine import VllmEngine
-engine = VllmEngine(sys.argv[1], RolloutConfig())
-print(engine.dir, engine.proc.pid, flush=True)
+engine = VllmEngine(sys.argv[1], RolloutConfig(vllm={"dtype": sys.argv[2]}))
+print(engine.dir, engine.proc.pid, engine.dtype, flush=True)
 os._exit(0)  # killed: no close()
 """
 
@@ -308,9 +316,11 @@ def test_a_vllm_process_whose_trainer_dies_stops_and_leaves_nothing(real):
     import time
     from pathlib import Path
 
-    out = subprocess.run([sys.executable, "-c", ORPHAN, str(cfg.artifacts / "models" / "base")], capture_output=True,
-                         text=True, check=True, cwd=repo_root).stdout.split()  # fmt: skip
+    other = "float32" if native_bf16(torch.device("cpu")) else "bfloat16"
+    out = subprocess.run([sys.executable, "-c", ORPHAN, str(cfg.artifacts / "models" / "base"), other],
+                         capture_output=True, text=True, check=True, cwd=repo_root).stdout.split()  # fmt: skip
     folder, pid = Path(out[0]), int(out[1])
+    assert out[2] == other
 
     def running() -> bool:  # a zombie (exited, not yet reaped by init) does not count
         try:

@@ -8,9 +8,9 @@ weights are sent to it through a safetensors file in shared memory (`VllmEngine.
 
 What holds: the action mask, the end of a turn on the chat template's end-of-turn ids or its token budget,
 observation insertion, traces, and a rollout that starts from an empty prefix cache and a sampler seeded with its
-seed, so the same batch gives the same episodes. What does not: vLLM computes in bf16 with its own kernels, so its
-log-probs are close to the trainer's forward pass, not equal (tests/test_vllm_engine.py states the tolerance); the
-trainer recomputes the log-probs its loss uses.
+seed, so the same batch gives the same episodes. What does not: vLLM computes with its own kernels, in bf16 where
+the hardware has it (`rollout.vllm.dtype`), so its log-probs are close to the trainer's forward pass, not equal
+(tests/test_vllm_engine.py states the tolerance); the trainer recomputes the log-probs its loss uses.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class VllmEngine:
         env["OMP_NUM_THREADS"] = str(rc.vllm.threads or torch.get_num_threads())
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen([str(python), str(WORKER), sock, key.hex(), str(model_dir), str(max_model_len or 0),
-                                          str(rc.vllm.kv_cache_mb), str(seed)],
+                                          str(rc.vllm.kv_cache_mb), str(seed), rc.vllm.dtype],
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
         self.conn = None
         try:
@@ -109,6 +109,7 @@ class VllmEngine:
         status, detail = conn.recv()
         if status != "ready":
             raise VllmError(_hinted(detail))
+        self.dtype: str = detail  # what `rollout.vllm.dtype` resolved to there: "bfloat16" or "float32"
         return conn
 
     def _check_alive(self) -> None:
@@ -140,7 +141,8 @@ class VllmEngine:
         from safetensors.torch import save_file
 
         path = os.path.join(self.dir, "weights.safetensors")
-        save_file({n: p.detach().to("cpu", torch.bfloat16).contiguous() for n, p in named}, path)
+        dtype = getattr(torch, self.dtype)
+        save_file({n: p.detach().to("cpu", dtype).contiguous() for n, p in named}, path)
         try:
             self._call("reload", path)
         finally:
