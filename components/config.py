@@ -436,7 +436,7 @@ class VllmConfig(Section):
     start_timeout_s: float = Field(default=300, gt=0, description="how long loading the model may take")
     dtype: Literal["auto", "bfloat16", "float32"] = Field(
         default="auto", description='what vLLM computes in; "auto": bf16 where it is native (a GPU, AVX512-BF16, AMX), '
-        "else fp32 (emulated bf16 generated 3.2x slower on an AVX2 EPYC)")  # fmt: skip
+        "else fp32 (emulated bf16 generated 2.9x slower on an AVX2 EPYC)")  # fmt: skip
 
 
 class RolloutConfig(Section):

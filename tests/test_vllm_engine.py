@@ -294,7 +294,7 @@ def test_rollout_weights_refuse_vllm_without_a_model_dir(real):
 
 def test_vllm_computes_in_bf16_only_where_it_is_native(real):
     """rollout.vllm.dtype: auto follows the trainer's rule (bf16 on a CPU with AVX512-BF16 or AMX, else fp32:
-    emulated bf16 generated 3.2x slower on an AVX2 EPYC); the weights sent after a step travel in that dtype."""
+    emulated bf16 generated 2.9x slower on an AVX2 EPYC); the weights sent after a step travel in that dtype."""
     _, _, trainer = real
     assert trainer.actor.model.dtype == ("bfloat16" if native_bf16(torch.device("cpu")) else "float32")
 

@@ -34,7 +34,7 @@ LIVE: set[str] = set()  # ids of the requests added and not yet returned by `ste
 
 def _dtype(setting: str) -> str:
     """"auto": bf16 where the hardware computes it (a GPU that supports it; a CPU with AVX512-BF16 or AMX), else fp32.
-    Emulated bf16 generated 3.2x slower than fp32 on an AVX2 EPYC. The same rule as components/model/loading.py's
+    Emulated bf16 generated 2.9x slower than fp32 on an AVX2 EPYC. The same rule as components/model/loading.py's
     `native_bf16`, which this process cannot import."""
     if setting != "auto":
         return setting
