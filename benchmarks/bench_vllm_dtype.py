@@ -3,7 +3,8 @@
 Where the CPU has no native bf16 (AVX2 only), torch emulates bf16 matmuls, and `rollout.vllm.dtype: auto` has the
 worker compute in fp32. Same model, same random prompts, greedy, through the project's vLLM worker (`VllmEngine`):
 generated tokens/s with each prompt's prefill included, the second of two rounds (the first packs weights).
-The reference: a plain greedy `DynamicCache` loop in fp32 after the same prompt length, decode only.
+The reference: bench_real_rollout.py's plain greedy `DynamicCache` loop in fp32 after the same prompt length, decode
+only.
 
     python benchmarks/bench_vllm_dtype.py --model artifacts/models/base --batch 16 --prompt 200 --new 128
 
@@ -17,7 +18,8 @@ import datetime
 import time
 
 import torch
-from transformers import AutoModelForCausalLM, DynamicCache
+from bench_real_rollout import plain_decode  # the plain loop the rollout benchmark compares against
+from transformers import AutoModelForCausalLM
 
 from components.config import RolloutConfig
 from components.evaluation.machine import cpu_line
@@ -44,18 +46,6 @@ def vllm_tok_s(model: str, dtype: str, prompts: list[list[int]], new: int, threa
     return start, rate
 
 
-def plain_tok_s(model_dir: str, prompts: list[list[int]], new: int) -> float:
-    """Generated tok/s of a plain greedy fp32 loop over transformers' DynamicCache, decode only."""
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    with torch.no_grad():
-        cache = DynamicCache()
-        tok = model(input_ids=torch.tensor(prompts), past_key_values=cache).logits[:, -1].argmax(-1, keepdim=True)
-        t = time.perf_counter()
-        for _ in range(new):
-            tok = model(input_ids=tok, past_key_values=cache).logits[:, -1].argmax(-1, keepdim=True)
-    return len(prompts) * new / (time.perf_counter() - t)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -74,7 +64,10 @@ def main() -> None:
     for dtype in ("bfloat16", "float32"):
         start, rate = vllm_tok_s(args.model, dtype, prompts, args.new, args.threads)
         print(f"| vLLM, prefill included | {dtype} | {start:.1f} | {rate:.1f} |", flush=True)
-    print(f"| plain loop, decode only | float32 | | {plain_tok_s(args.model, prompts, args.new):.1f} |")
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+    with torch.no_grad():
+        plain = plain_decode(model, args.batch, args.prompt, args.new)
+    print(f"| plain loop, decode only | float32 | | {plain:.1f} |")
 
 
 if __name__ == "__main__":

@@ -37,9 +37,9 @@ from tests.conftest import ROOT as repo_root
 
 pytestmark = pytest.mark.slow
 
-# vLLM computes with its own kernels, in bf16 where bf16 is native (else fp32). Against the trainer's forward (bf16 autocast where bf16 is native, as
-# the trainer computes), SmolLM2 on a Zen 4 EPYC: mean |difference| of log-probs 0.03-0.04 nats, one token up to
-# about 0.5; after an AdamW step at lr 1e-3 without the sync, 1.4.
+# vLLM computes with its own kernels, in bf16 where bf16 is native, else in fp32. Against the trainer's forward (bf16
+# autocast where bf16 is native, as the trainer computes), SmolLM2 on a Zen 4 EPYC: mean |difference| of log-probs
+# 0.03-0.04 nats, one token up to about 0.5; after an AdamW step at lr 1e-3 without the sync, 1.4.
 MEAN_TOL = 0.1
 
 
@@ -294,7 +294,7 @@ def test_rollout_weights_refuse_vllm_without_a_model_dir(real):
 
 def test_vllm_computes_in_bf16_only_where_it_is_native(real):
     """rollout.vllm.dtype: auto follows the trainer's rule (bf16 on a CPU with AVX512-BF16 or AMX, else fp32:
-    emulated bf16 generated 2.9x slower on an AVX2 EPYC); the weights sent after a step travel in that dtype."""
+    emulated bf16 generated 2.9x slower on an AVX2 EPYC). The weight-sync test sends its weights in it."""
     _, _, trainer = real
     assert trainer.actor.model.dtype == ("bfloat16" if native_bf16(torch.device("cpu")) else "float32")
 
