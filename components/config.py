@@ -239,13 +239,10 @@ class RewardConfig(Section):
     supporting: float = Field(default=0.0, description="process reward: call retrieved a new supporting passage")
     new_info: float = Field(default=0.0, description="process reward: call retrieved any passage not seen before")
     search_cost: float = Field(default=0.0, ge=0, description="cost per search call")
-    process_needs_answer: bool = Field(
-        default=False, description="a call's bonuses (valid_call, new_info, supporting) count only if the episode "
-        "ends with an answer, so searching without answering earns nothing; penalties always count",
-    )  # fmt: skip
-    process_needs_right_answer: bool = Field(
-        default=False, description="stricter: the call bonuses count only if the answer scores above 0 on "
-        "answer_metric, so only searches on the way to a right answer earn them; penalties always count",
+    bonus_gate: Literal["none", "answer", "right_answer"] = Field(
+        default="none", description="when a call's bonuses (valid_call, new_info, supporting) count: always (none), "
+        "only if the episode ends with an answer (answer), or only if that answer scores above 0 on answer_metric "
+        "(right_answer); penalties always count",
     )  # fmt: skip
 
 

@@ -67,10 +67,10 @@ def test_episode_rewards_and_end(backend):
 
 
 def test_call_bonuses_need_an_answer_when_asked(backend):
-    """process_needs_answer: an episode that runs out of turns keeps its penalties but gives its bonuses back, so
+    """bonus_gate answer: an episode that runs out of turns keeps its penalties but gives its bonuses back, so
     searching without answering earns nothing; an answered one keeps them. rescore replays the same totals."""
     w = dict(supporting=0.5, new_info=0.1, invalid_call=0.2)
-    env = make_env(backend, process_needs_answer=True, **w)
+    env = make_env(backend, bonus_gate="answer", **w)
     eps = [env.reset(Q) for _ in range(2)]
     env.step(eps, [call("Bavo rival"), call("Bavo rival")])
     env.step(eps, ["garbage", "<answer>Dozi</answer>"])
@@ -85,10 +85,10 @@ def test_call_bonuses_need_an_answer_when_asked(backend):
 
 
 def test_call_bonuses_need_a_right_answer_when_asked(backend):
-    """process_needs_right_answer: a wrong answer gives its bonuses back as a missing one does; a right one keeps
+    """bonus_gate right_answer: a wrong answer gives its bonuses back as a missing one does; a right one keeps
     them. Penalties always count, and rescore replays the same totals."""
     w = dict(supporting=0.5, new_info=0.1, invalid_call=0.2)
-    env = make_env(backend, process_needs_right_answer=True, **w)
+    env = make_env(backend, bonus_gate="right_answer", **w)
     eps = [env.reset(Q) for _ in range(3)]
     env.step(eps, [call("Bavo rival")] * 3)
     env.step(eps, ["garbage", "<answer>Kelitu</answer>", "<answer>Dozi</answer>"])

@@ -102,12 +102,12 @@ def test_multi_node_and_extra_overrides(tmp_path, monkeypatch):
     assert o[-1] == "trainer.val_only=true"
 
 
-@pytest.mark.parametrize("gate", ["process_needs_answer", "process_needs_right_answer"])
+@pytest.mark.parametrize("gate", ["answer", "right_answer"])
 def test_a_reward_verl_cannot_pay_is_refused_by_name(tmp_path, gate):
     cfg = make_cfg(tmp_path)
     cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"reward": cfg.agent.reward.model_copy(
-        update={gate: True})})})  # fmt: skip
-    with pytest.raises(launch.LaunchError, match=f"agent.reward.{gate}:"):
+        update={"bonus_gate": gate})})})  # fmt: skip
+    with pytest.raises(launch.LaunchError, match=f"agent.reward.bonus_gate: {gate}:"):
         launch.overrides(cfg)
 
 

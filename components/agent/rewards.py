@@ -111,11 +111,13 @@ def process_reward(
 
 
 def _keeps_bonuses(answer: str | None, golds: Sequence[str], w: RewardConfig) -> bool:
-    """Whether an episode keeps its call bonuses: always, unless a gate asks for an answer (`process_needs_answer`)
-    or a right one (`process_needs_right_answer`: the answer metric above 0)."""
-    if w.process_needs_right_answer:
-        return answer is not None and ANSWER_METRICS[w.answer_metric](answer, golds) > 0
-    return answer is not None or not w.process_needs_answer
+    """Whether an episode keeps its call bonuses under `bonus_gate`: always, with an answer, or with a right one
+    (the answer metric above 0)."""
+    if w.bonus_gate == "none":
+        return True
+    if w.bonus_gate == "answer":
+        return answer is not None
+    return answer is not None and ANSWER_METRICS[w.answer_metric](answer, golds) > 0
 
 
 def unearned_bonus(

@@ -177,8 +177,8 @@ class ToolEnv:
         return StepResult(action, observation, reward, False)
 
     def truncate(self, ep: Episode) -> None:
-        """End an episode without an answer (max turns or max tokens): the format penalty applies, and under
-        `process_needs_answer` or `process_needs_right_answer` the call bonuses are given back."""
+        """End an episode without an answer (max turns or max tokens): the format penalty applies, and under a
+        `bonus_gate` the call bonuses are given back."""
         ep.done = True
         ep.outcome = outcome_reward(None, ep.question.answers, self.cfg.reward)
         ep.outcome -= unearned_bonus(ep.process_rewards, None, ep.question.answers, self.cfg.reward)

@@ -101,9 +101,10 @@ def _value(v: Any) -> str:
 
 def overrides(cfg: Config, env: Mapping[str, str] | None = None) -> list[str]:
     """Every Hydra override the run needs, derived from params only (plus `env` for Ray workers)."""
-    for gate in ("process_needs_answer", "process_needs_right_answer"):  # verl pays each call's reward as it happens
-        if getattr(cfg.agent.reward, gate):
-            raise LaunchError(f"agent.reward.{gate}: only the local trainer honours it; set it false for verl")
+    if cfg.agent.reward.bonus_gate != "none":  # verl pays each call's reward as it happens
+        raise LaunchError(
+            f"agent.reward.bonus_gate: {cfg.agent.reward.bonus_gate}: only the local trainer honours it; set it to none"
+        )
     v, t, a, p = verl_config(cfg), cfg.train, cfg.agent, paths(cfg)
     model = model_path(cfg, v)
     mini_batch = v.ppo_mini_batch_size or t.questions_per_step
