@@ -158,6 +158,10 @@ class _Draft:
         self.ids += ids
         self.targets += [1] * len(ids) if teach_content else targets
 
+    def add_prompt(self, ids: Sequence[int]) -> None:
+        self.ids += ids
+        self.targets += [0] * len(ids)
+
 
 def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: ChatFormat, cfg: Config,
                 titles: dict[str, str], rng: random.Random) -> list[Transcript]:  # fmt: skip
@@ -167,7 +171,6 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
     cut = chat.cutter(agent.passage_max_tokens)
     forced = agent.force_first_search
     teach = cfg.model.warmup.content == "drawn"
-    linked = cfg.model.warmup.queries == "linked"
     most = max(0, agent.max_turns - 1)
     drafts = []
     for q in questions:
@@ -180,34 +183,10 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
             break
         for d, hits in zip(todo, _search(backend, todo, top_k * CANDIDATES)):
             shown = clean_hits(hits, d.q, d.banned, top_k)
-            if not shown:
-                d.ok = False
-                continue
-            results = format_hits(shown, cut)
-            if forced and turn == 0 and agent.first_search_at == "question_turn":  # all of it is prompt
-                d.ids = question_turn_prompt(chat, d.q.question, results)
-                d.targets = [0] * len(d.ids)
-            else:
-                ids, targets = call_turn(chat, d.query, d.query == d.q.question)
-                if forced and turn == 0:  # the environment's own first search as a finished call: all of it is prompt
-                    d.ids, d.targets = d.ids + ids, d.targets + [0] * len(ids)
-                else:
-                    d.add_turn(ids, targets, teach)
-                insert = list(chat.insert_ids(shown_results(results, d.q.question, agent), True))
-                d.ids, d.targets = d.ids + insert, d.targets + [0] * len(insert)
-            d.queried.add(d.query)
-            d.last = names_in(shown, d.banned, cut)
-            d.names += [n for n in d.last if n not in d.names]
-            if linked:
-                d.linked += [n for n in linked_names(shown, [d.q.question, *d.queried], d.banned, cut) if n not in d.linked]
-            d.searches -= 1
-            pool = [n for n in d.linked if n not in d.queried]  # empty unless linked
-            fresh = pool or [n for n in d.names if n not in d.queried]
-            if fresh:
-                name = rng.choice(fresh)
-                d.queried.add(name)
-                words = (relation_words if linked else keywords)(d.q.question)
-                d.query = f"{name} {rng.choice(words)}" if teach else name
+            d.ok = bool(shown)
+            if d.ok:
+                _write_search(d, shown, chat, cfg, cut, by_env=forced and turn == 0)
+                _next_query(d, shown, cfg, cut, rng)
     out = []
     for d in drafts:
         # a name the last results show, neither a gold one nor one the question names
@@ -218,6 +197,41 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
         if len(d.ids) <= agent.max_total_tokens:
             out.append(Transcript(d.q, Sequence_(d.ids, d.targets), d.content))
     return out
+
+
+def _write_search(d: _Draft, shown: list[Hit], chat: ChatFormat, cfg: Config, cut: Callable[[str], str],
+                  by_env: bool) -> None:  # fmt: skip
+    """A search and its results: the environment's forced first search is all prompt, the model's call is taught."""
+    results = format_hits(shown, cut)
+    if by_env and cfg.agent.first_search_at == "question_turn":  # the results above the question
+        d.ids, d.targets = [], []
+        d.add_prompt(question_turn_prompt(chat, d.q.question, results))
+        return
+    ids, targets = call_turn(chat, d.query, d.query == d.q.question)
+    if by_env:  # a finished call
+        d.add_prompt(ids)
+    else:
+        d.add_turn(ids, targets, cfg.model.warmup.content == "drawn")
+    d.add_prompt(list(chat.insert_ids(shown_results(results, d.q.question, cfg.agent), True)))
+
+
+def _next_query(d: _Draft, shown: list[Hit], cfg: Config, cut: Callable[[str], str], rng: random.Random) -> None:
+    """Read the names the results show, then pick the next search: a name not yet searched (under `linked`, one
+    shown in a passage about an entity asked about), with a word of the question when content is drawn."""
+    linked = cfg.model.warmup.queries == "linked"
+    d.queried.add(d.query)
+    d.last = names_in(shown, d.banned, cut)
+    d.names += [n for n in d.last if n not in d.names]
+    if linked:
+        d.linked += [n for n in linked_names(shown, [d.q.question, *d.queried], d.banned, cut) if n not in d.linked]
+    d.searches -= 1
+    pool = [n for n in d.linked if n not in d.queried]  # empty unless linked
+    fresh = pool or [n for n in d.names if n not in d.queried]
+    if fresh:
+        name = rng.choice(fresh)
+        d.queried.add(name)
+        words = (relation_words if linked else keywords)(d.q.question)
+        d.query = f"{name} {rng.choice(words)}" if cfg.model.warmup.content == "drawn" else name
 
 
 def _search(backend: SearchBackend, drafts: Sequence[_Draft], k: int) -> list[list[Hit]]:
