@@ -7,7 +7,8 @@ For each model and batch (episodes = questions x group), on the same machine in 
     rest);
   - a plain HF decode loop: `model(input_ids=tok, past_key_values=DynamicCache())` after a 200-token prompt, greedy,
     the same batch, in the engine's dtype (and fp32);
-  - the GEMM ceiling: a [batch, hidden] x [hidden, intermediate] matmul's GFLOP/s over the model's FLOPs per token;
+  - the GEMM ceiling: a [batch, hidden] x [hidden, intermediate] matmul's GFLOP/s over the model's FLOPs per token,
+    beside the tokens each engine computed a second (prefilled and generated: what a rollout costs in matmuls);
   - one RL step of the local trainer (8 questions x 8 episodes by default) on the profile's own engine: rollout
     and update seconds, and the update's floor: its FLOPs (attention scores left out) at a wide GEMM's rate.
 
@@ -109,6 +110,7 @@ def engine_run(cfg, model, tok, questions, group: int, seed: int = 0) -> dict:
         "episode_tok_s": tokens / stats.seconds,
         "generated": stats.generated_tokens,
         "prefilled": stats.prefill_tokens,
+        "computed_tok_s": (stats.prefill_tokens + stats.generated_tokens) / stats.seconds,  # prefilled and generated
         "turns": sum(t.episode.turns for t in trajs) / len(trajs),
         "answered": sum(t.episode.answer is not None for t in trajs) / len(trajs),
         "phases": {k: round(v, 2) for k, v in stats.phase_seconds.items()},
@@ -181,9 +183,10 @@ def bench_model(name: str, sets: list[str], batches: list[int], group: int, rl_q
             for engine, model in runners.items():
                 with amp():
                     eng = engine_run(hf_cfg, model, tok, qs, group)
-                rows.append({"model": name, "dtype": "bfloat16" if engine == "vllm" else str(dtype).removeprefix("torch."),
+                rows.append({"model": name, "dtype": model.dtype if engine == "vllm" else str(dtype).removeprefix("torch."),
                              **eng, "plain_tok_s": plain, "plain_fp32_tok_s": plain32, "gemm_gflops": gflops,
                              "ceiling_tok_s": ceiling, "vs_plain": eng["generated_tok_s"] / plain,
+                             "vs_ceiling": eng["computed_tok_s"] / ceiling,
                              "startup_s": startup if engine == "vllm" else 0.0})  # fmt: skip
                 print(json.dumps(rows[-1]), flush=True)
     finally:
@@ -199,14 +202,15 @@ def bench_model(name: str, sets: list[str], batches: list[int], group: int, rl_q
 def markdown(rows: list[dict], header: str) -> str:
     out = [header, "",
            "| model | episodes | engine | dtype | engine gen tok/s | episode tok/s | s / episode | engine decode-only tok/s "
-           "| plain loop tok/s (fp32) | engine / plain | GEMM GFLOP/s | ceiling tok/s | decode rows used |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+           "| plain loop tok/s (fp32) | engine / plain | GEMM GFLOP/s | ceiling tok/s | computed tok/s (of ceiling) "
+           "| decode rows used |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         if "episodes" in r:
             out.append(f"| {r['model']} | {r['episodes']} | {r['engine']} | {r['dtype']} | {r['generated_tok_s']:.1f} | "
                        f"{r['episode_tok_s']:.0f} | {r['s_per_episode']:.2f} | {r['decode_tok_s']:.0f} | {r['plain_tok_s']:.0f} "
                        f"({r['plain_fp32_tok_s']:.0f}) | {r['vs_plain']:.2f}x | {r['gemm_gflops']:.0f} | "
-                       f"{r['ceiling_tok_s']:.0f} | {r['row_fill']:.0%} |")  # fmt: skip
+                       f"{r['ceiling_tok_s']:.0f} | {r['computed_tok_s']:.0f} ({r['vs_ceiling']:.0%}) | {r['row_fill']:.0%} |")  # fmt: skip
     out += ["", "Where the engine's time went (seconds):", "",
             "| model | episodes | engine | total | prefill | decode | sample | bookkeeping | tools | tokens prefilled / generated |",
             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip

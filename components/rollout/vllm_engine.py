@@ -223,6 +223,7 @@ def vllm_rollout(
     t0, calls = time.perf_counter(), engine.calls
     stats = stats if stats is not None else RolloutStats()
     trajs = start_trajectories(chat, env, questions, prompts, prefill)
+    stats.prefill_tokens += sum(map(len, {tuple(t.input_ids) for t in trajs}))  # a shared prompt counts once
     engine.reset(seed)
     prefill_ids = chat.encode(prefill) if prefill else []
     stop = sorted(chat.stop_ids)
