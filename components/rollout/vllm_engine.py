@@ -166,7 +166,7 @@ class VllmEngine:
     def add(self, requests: list[dict]) -> None:
         self._call("add", requests)
 
-    def step(self) -> list[tuple[str, list[int], list[float]]]:
+    def step(self) -> list[tuple[str, list[int], list[float], int]]:
         return self._call("step")
 
     def score(self, seqs: Sequence[Sequence[int]]) -> list[list[float]]:
@@ -223,7 +223,6 @@ def vllm_rollout(
     t0, calls = time.perf_counter(), engine.calls
     stats = stats if stats is not None else RolloutStats()
     trajs = start_trajectories(chat, env, questions, prompts, prefill)
-    stats.prefill_tokens += sum(map(len, {tuple(t.input_ids) for t in trajs}))  # a shared prompt counts once
     engine.reset(seed)
     prefill_ids = chat.encode(prefill) if prefill else []
     stop = sorted(chat.stop_ids)
@@ -248,8 +247,9 @@ def vllm_rollout(
             t_step = time.perf_counter()
             finished = engine.step()
             spent["decode"] += time.perf_counter() - t_step  # vLLM's prefills and decode steps
-            for rid, tokens, logprobs in finished:
+            for rid, tokens, logprobs, prefilled in finished:
                 i = int(rid)
+                stats.prefill_tokens += prefilled  # what vLLM computed of the prompt: prefix-cache hits are free
                 pending.discard(i)
                 waiting.append((i, tokens, logprobs, (started[i], time.time_ns())))
                 stats.generated_tokens += len(tokens)
@@ -285,7 +285,6 @@ def _answer(waiting, trajs, chat, env, cfg, prefill, prefill_ids, stats, progres
         if insert is None:
             done += 1
         else:
-            stats.prefill_tokens += len(insert)
             go_on.append(i)
     if progress is not None and done:
         progress(0, done)

@@ -69,12 +69,14 @@ def _sampled_logprobs(out) -> list[float]:
 
 
 def _step(engine) -> list:
-    """Engine steps until some request ends (or none is left)."""
+    """Engine steps until some request ends (or none is left): each ended request's id, tokens, their log-probs,
+    and how many of its prompt tokens were computed (not found in the prefix cache)."""
     while engine.has_unfinished_requests():
         done = [o for o in engine.step() if o.finished]
         if done:
             LIVE.difference_update(o.request_id for o in done)
-            return [(o.request_id, list(o.outputs[0].token_ids), _sampled_logprobs(o.outputs[0])) for o in done]
+            return [(o.request_id, list(o.outputs[0].token_ids), _sampled_logprobs(o.outputs[0]),
+                     len(o.prompt_token_ids) - (o.num_cached_tokens or 0)) for o in done]  # fmt: skip
     return []
 
 
