@@ -147,6 +147,24 @@ def test_vllm_episodes_keep_the_rollout_contract(real):
     assert (ours - theirs).abs().mean() < MEAN_TOL, (ours - theirs).abs().mean()
 
 
+def test_vllm_reports_the_prompt_tokens_it_computed(real):
+    """What a rollout counts as prefilled: on an empty prefix cache a prompt is computed in full; sent again, all but
+    its last (partial) 64-token block comes from the cache."""
+    _, questions, trainer = real
+    engine, prompt = trainer.actor.model, trainer.chat.prompt_ids(questions[0].question)
+    assert len(prompt) > 64  # at least one whole block to find again
+
+    def computed() -> int:
+        engine.add([{"id": "p", "prompt": prompt, "max_tokens": 1, "temperature": 1.0, "stop": []}])
+        ((_, tokens, _, n),) = engine.step()
+        assert len(tokens) == 1
+        return n
+
+    engine.reset(0)
+    assert computed() == len(prompt)
+    assert 0 < computed() <= 64
+
+
 def test_the_same_batch_gives_the_same_episodes(real):
     """28 sampled episodes, each after a first search: their prompts are more than vLLM prefills in one step
     (8,192 tokens), so prompts are split over steps, which vLLM's CPU build cannot do for a request with a seed of
