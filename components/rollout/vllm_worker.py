@@ -7,7 +7,7 @@ process starts it (components/rollout/vllm_engine.py) and talks to it over a Uni
 
 Verbs:
   add     requests [{id, prompt, max_tokens, temperature, stop}] join the running batch
-  step    engine steps until at least one request ends; returns [(id, token_ids, logprobs)]
+  step    engine steps until at least one request ends; returns [(id, token_ids, logprobs, prompt tokens computed)]
   reload  weights from a safetensors file (the tensors named there; the others keep theirs)
   reset   drop unfinished requests, empty the prefix cache and seed the sampler (a rollout that starts there
           repeats exactly; one stopped halfway, e.g. a cancelled serving request, leaves nothing behind)
