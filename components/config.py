@@ -266,11 +266,19 @@ class AgentConfig(Section):
         default="tool_response", description="where the forced first search's results go: a finished first call "
         "(tool_response), or above the question in the question turn (question_turn, naive RAG's prompt)",
     )  # fmt: skip
+    search_top_k: int | None = Field(
+        default=None, ge=1, description="passages each of the agent's own searches returns; null: retrieval.top_k, "
+        "which the forced first search and naive RAG always read",
+    )  # fmt: skip
     observation_question: bool = Field(
         default=False, description="the question repeated below each search's results (the environment's and the "
         "format warm-up's): the model reads them with the question last, as in naive RAG's prompt",
     )  # fmt: skip
     reward: RewardConfig = RewardConfig()
+
+    def own_top_k(self, top_k: int) -> int:
+        """Passages each of the agent's own searches returns, where retrieval.top_k is `top_k`."""
+        return self.search_top_k or top_k
 
     @model_validator(mode="after")
     def _first_search_at(self) -> AgentConfig:

@@ -147,3 +147,22 @@ def test_forced_first_search_in_the_question_turn(chat, tok, qwen_cfg, tmp_path)
     backend.close()
     with pytest.raises(ConfigError, match=r"agent\.first_search_at: question_turn .* agent\.force_first_search"):
         load_config(ROOT / "params.yaml", {"profile": "qwen", "agent.first_search_at": "question_turn"})
+
+
+def test_the_agents_own_searches_return_search_top_k(chat, tok, qwen_cfg, tmp_path):
+    """agent.search_top_k: the environment's first search (and so naive RAG) reads retrieval's top_k, the agent's
+    own calls get search_top_k passages; unset, both read top_k."""
+    backend = EmbeddedBackend(tmp_path / "idx", seed=0)
+    backend.build("w", PASSAGES)
+    cut = chat.cutter(qwen_cfg.agent.passage_max_tokens)
+    first = {k: format_hits(backend.search("w", [Q.question], k)[0], cut) for k in (1, 2)}
+    own = {k: format_hits(backend.search("w", ["Adriana Trigiani"], k)[0], cut) for k in (1, 2)}
+    assert first[1] != first[2] and own[1] != own[2]  # the corpus gives each query two results
+    call = '<tool_call>{"name": "search", "arguments": {"query": "Adriana Trigiani"}}</tool_call>'
+    for search_top_k, shown in ((1, own[1]), (None, own[2])):
+        agent = qwen_cfg.agent.model_copy(update={"force_first_search": True, "search_top_k": search_top_k})
+        env = make_env(backend, [Q], agent, 2, chat)
+        assert first[2] in tok.decode(searched_prompts([Q], chat, env, "question_turn")[0])
+        ep = env.reset(Q)
+        assert ep.first_search == first[2] and env.step([ep], [call])[0].observation == shown
+    backend.close()

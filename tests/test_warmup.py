@@ -194,6 +194,23 @@ def test_under_observation_question_every_search_shows_the_question_below_its_re
         assert searches >= 1 and text.count(question_note(t.question.question)) == searches
 
 
+def test_the_agents_own_searches_show_search_top_k_results(shipped):
+    """Under agent.search_top_k the warm-up's transcripts read as the environment's episodes do: the forced first
+    search shows up to retrieval.top_k results, every search the transcript's model writes shows one."""
+    cfg, train, backend, titles, tok = shipped
+    agent = cfg.agent.model_copy(update={"force_first_search": True, "first_search_at": "question_turn",
+                                         "search_top_k": 1})  # fmt: skip
+    cfg = cfg.model_copy(update={"agent": agent})
+    chat = ChatFormat.for_agent(tok, cfg.agent)
+    made_ = warmup.transcripts(train[:60], backend, chat, cfg, titles, random.Random(0))
+    heads = [chat.tok.decode(t.seq.ids[: t.seq.targets.index(1)]) for t in made_]  # the prompt: the first search
+    tails = [chat.tok.decode(t.seq.ids[t.seq.targets.index(1) :]) for t in made_]  # the model's searches, their results
+    assert cfg.retrieval.top_k >= 2 and sum("\n[2] " in h for h in heads) >= len(made_) // 2, heads[:2]
+    searched = [t for t in tails if "<tool_call>" in t]
+    assert len(searched) >= len(made_) // 4, len(searched)
+    assert all(t.count("[1] ") == t.count("<tool_call>") and "[2] " not in t for t in searched), searched[:2]
+
+
 # --- the measured stop ---------------------------------------------------------------------------------------
 
 

@@ -83,9 +83,10 @@ class StepResult:
 class ToolEnv:
     """`toolsets[corpus]` are the tools an episode on that corpus may call (e.g. a SearchTool on its index)."""
 
-    def __init__(self, toolsets: Mapping[str, Sequence[Tool]], cfg: AgentConfig):
+    def __init__(self, toolsets: Mapping[str, Sequence[Tool]], cfg: AgentConfig, first_top_k: int | None = None):
         self.toolsets = {corpus: {t.name: t for t in tools} for corpus, tools in toolsets.items()}
         self.cfg = cfg
+        self.first_top_k = first_top_k  # passages of first_search (default: the search tool's own top_k)
         self._first: dict[str, ToolResult] = {}  # question id -> the result of its first search
 
     def first_search(self, questions: Sequence[Question]) -> list[ToolResult]:
@@ -100,7 +101,7 @@ class ToolEnv:
             by_corpus[q.corpus].append(q)
         self._first = {}
         for corpus, qs in by_corpus.items():
-            results = self.toolsets[corpus]["search"].execute([{"query": q.question} for q in qs])
+            results = self.toolsets[corpus]["search"].execute([{"query": q.question} for q in qs], self.first_top_k)
             self._first.update((q.id, r) for q, r in zip(qs, results))
         return [self._first[q.id] for q in questions]
 

@@ -85,12 +85,13 @@ class SearchTool:
     def __init__(self, backend: SearchBackend, alias: str, top_k: int = 3, cut: Callable[[str], str] | None = None):
         self.backend, self.alias, self.top_k, self.cut = backend, alias, top_k, cut
 
-    def execute(self, calls: Sequence[dict[str, Any]]) -> list[ToolResult]:
+    def execute(self, calls: Sequence[dict[str, Any]], top_k: int | None = None) -> list[ToolResult]:
+        """The calls' results, `top_k` passages each (default the tool's)."""
         if not calls:
             return []
         queries = [str(c["query"]).strip() for c in calls]
         try:
-            hit_lists = self.backend.search(self.alias, queries, self.top_k)
+            hit_lists = self.backend.search(self.alias, queries, top_k or self.top_k)
         except SearchError as err:
             log.warning("search of %r failed (%d calls): %s", self.alias, len(calls), err)
             return [ToolResult(error_observation(SEARCH_FAILED), False) for _ in calls]

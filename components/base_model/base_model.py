@@ -193,8 +193,9 @@ def build_tiny(cfg: Config, out, tracker) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="agentr1-prime-") as d:
         backend = EmbeddedBackend(d, cfg.retrieval.embedded, seed=cfg.project.seed)
         backend.build(FACTUAL, factual)
+        own_k = cfg.agent.own_top_k(cfg.retrieval.top_k)  # the agent's own searches
         transcripts, probes = (
-            make_transcripts(qs, set(entities), set(RELATIONS), backend, FACTUAL, cfg.retrieval.top_k, chat,
+            make_transcripts(qs, set(entities), set(RELATIONS), backend, FACTUAL, own_k, chat,
                              pc.max_turns or cfg.agent.max_turns, rng)  # fmt: skip
             for qs in (prime_qs, probe_qs)
         )

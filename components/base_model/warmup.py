@@ -182,7 +182,7 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
         if not todo:
             break
         for d, hits in zip(todo, _search(backend, todo, top_k * CANDIDATES)):
-            shown = clean_hits(hits, d.q, d.banned, top_k)
+            shown = clean_hits(hits, d.q, d.banned, top_k if forced and turn == 0 else agent.own_top_k(top_k))
             d.ok = bool(shown)
             if d.ok:
                 _write_search(d, shown, chat, cfg, cut, by_env=forced and turn == 0)

@@ -59,10 +59,12 @@ def episode_setup(tokenizer, backend: SearchBackend, questions: Sequence[Questio
 
 def make_env(backend: SearchBackend, questions: Sequence[Question], agent: AgentConfig, top_k: int,
              chat: ChatFormat | None = None) -> ToolEnv:  # fmt: skip
-    """A ToolEnv with a search tool per corpus; with `chat`, passages are cut to agent.passage_max_tokens."""
+    """A ToolEnv with a search tool per corpus; with `chat`, passages are cut to agent.passage_max_tokens. The
+    environment's first search returns `top_k` passages, the agent's own searches agent.search_top_k (or `top_k`)."""
     corpora = sorted({q.corpus for q in questions})
     cut = chat.cutter(agent.passage_max_tokens) if chat is not None else None
-    return ToolEnv({c: [SearchTool(backend, c, top_k, cut)] for c in corpora}, agent)
+    own = agent.own_top_k(top_k)
+    return ToolEnv({c: [SearchTool(backend, c, own, cut)] for c in corpora}, agent, first_top_k=top_k)
 
 
 def searched_prompts(questions: Sequence[Question], chat: ChatFormat, env: ToolEnv,

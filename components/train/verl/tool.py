@@ -41,7 +41,8 @@ class AgentR1SearchTool(BaseTool):
 
     def _tool(self, corpus: str) -> SearchTool:
         if corpus not in self.tools:
-            self.tools[corpus] = SearchTool(self.backend, alias=corpus, top_k=self.cfg.retrieval.top_k)
+            top_k = self.cfg.agent.own_top_k(self.cfg.retrieval.top_k)
+            self.tools[corpus] = SearchTool(self.backend, alias=corpus, top_k=top_k)
         return self.tools[corpus]
 
     async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
