@@ -181,11 +181,13 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
         todo = [d for d in drafts if d.ok and d.searches > 0]
         if not todo:
             break
+        by_env = forced and turn == 0  # the environment's first search, else one the model writes
+        k = top_k if by_env else agent.own_top_k(top_k)
         for d, hits in zip(todo, _search(backend, todo, top_k * CANDIDATES)):
-            shown = clean_hits(hits, d.q, d.banned, top_k if forced and turn == 0 else agent.own_top_k(top_k))
+            shown = clean_hits(hits, d.q, d.banned, k)
             d.ok = bool(shown)
             if d.ok:
-                _write_search(d, shown, chat, cfg, cut, by_env=forced and turn == 0)
+                _write_search(d, shown, chat, cfg, cut, by_env=by_env)
                 _next_query(d, shown, cfg, cut, rng)
     out = []
     for d in drafts:
