@@ -166,3 +166,5 @@ def test_the_agents_own_searches_return_search_top_k(chat, tok, qwen_cfg, tmp_pa
         ep = env.reset(Q)
         assert ep.first_search == first[2] and env.step([ep], [call])[0].observation == shown
     backend.close()
+    with pytest.raises(ConfigError, match=r"agent\.search_top_k: Input should be greater than or equal to 1 \(got 0\)"):
+        load_config(ROOT / "params.yaml", {"profile": "qwen_forced", "agent.search_top_k": 0})
