@@ -90,3 +90,21 @@ def test_progress_counts_questions_and_tokens(toy):
 def test_progress_is_silent_when_stderr_is_not_a_terminal(toy, capsys):
     ev.evaluate_agent(toy.model, toy.tokenizer, toy.world.questions("dev")[:3], toy.backend, toy.agent, 3, mode="direct")
     assert capsys.readouterr().err == ""
+
+
+def test_the_agents_results_say_what_share_of_the_gold_passages_its_searches_found(toy):
+    """support_recall: with the forced first search an episode has at least that search's share of the gold
+    passages; the baselines record none, and the summary averages the agent's."""
+    qs = [q for q in toy.world.questions("dev") if q.supporting_ids][:8]
+    agent = toy.agent.model_copy(update={"force_first_search": True})
+    toy.backend.reseed(0)
+    first = [h for h in toy.backend.search(qs[0].corpus, [q.question for q in qs], 3)]
+    toy.backend.reseed(0)
+    results = ev.evaluate_agent(toy.model, toy.tokenizer, qs, toy.backend, agent, 3)
+    for q, hits, r in zip(qs, first, results):
+        floor = len(set(q.supporting_ids) & {h.id for h in hits}) / len(q.supporting_ids)
+        assert floor <= r.support_recall <= 1.0
+    assert any(r.support_recall > 0 for r in results)
+    assert ev.summarize(results)["support_recall"] == pytest.approx(sum(r.support_recall for r in results) / len(qs))
+    plain = ev.evaluate_agent(toy.model, toy.tokenizer, qs, toy.backend, agent, 3, mode="naive_rag")
+    assert all(r.support_recall is None for r in plain) and "support_recall" not in ev.summarize(plain)

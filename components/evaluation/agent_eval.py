@@ -50,6 +50,7 @@ class AgentResult:
     outcome: float = 0.0  # the episode's outcome reward
     process: float = 0.0  # the sum of its process rewards
     steps: list[dict] = field(default_factory=list, compare=False)  # turns and tool calls with wall-clock times (rollout.steps)
+    support_recall: float | None = None  # the agent's share of the gold supporting passages its searches showed
 
 
 def evaluate_agent(
@@ -112,7 +113,8 @@ def _result(t: Trajectory, chat: ChatFormat, plain: bool) -> AgentResult:
         text += f"\n    plain: {prediction!r}  EM={exact_match(prediction, gold):.0f} F1={f1(prediction, gold):.2f}"
     return AgentResult(ep.question.id, ep.question.dataset, ep.question.question, gold, prediction, ep.turns,
                        ep.n_valid_calls, exact_match(prediction, gold), f1(prediction, gold), text, strict, ep.em,
-                       ep.f1, plain, ep.outcome, sum(ep.process_rewards), episode_steps(t))  # fmt: skip
+                       ep.f1, plain, ep.outcome, sum(ep.process_rewards), episode_steps(t),
+                       None if plain else ep.support_recall)  # fmt: skip
 
 
 def summarize(results: Sequence[AgentResult], prefix: str = "") -> dict[str, float]:
@@ -126,6 +128,9 @@ def summarize(results: Sequence[AgentResult], prefix: str = "") -> dict[str, flo
         f"{prefix}answered": sum(r.prediction is not None for r in results) / n,
         f"{prefix}yes_no": sum(is_yes_no(r.prediction) for r in results) / n,  # a collapse shows here
     }
+    recalls = [r.support_recall for r in results if r.support_recall is not None]
+    if recalls:  # the agent on a set with gold passages: what its searches found
+        out[f"{prefix}support_recall"] = sum(recalls) / len(recalls)
     if any(r.plain for r in results):
         out |= {
             f"{prefix}em_strict": sum(r.em_strict for r in results) / n,

@@ -31,17 +31,18 @@ def _metrics(report: dict, system: str) -> dict:
 
 
 def table(report: dict, dataset: str, split: str) -> list[str]:
-    cols = ["em", "f1", "answered", "yes_no", "searches", "turns", "em_strict", "f1_strict"]
-    lines = ["| system | EM | F1 | answered | yes/no | searches | turns | EM / F1 strict |",
-             "|---|---|---|---|---|---|---|---|"]
+    cols = ["em", "f1", "answered", "yes_no", "searches", "support_recall", "turns", "em_strict", "f1_strict"]
+    lines = ["| system | EM | F1 | answered | yes/no | searches | gold passages found | turns | EM / F1 strict |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for system in SYSTEMS:
         m = {c: _metrics(report, system).get(c, {}).get(dataset, {}).get(split) for c in cols}
         if m["em"] is None:
             continue
         strict = f"{m['em_strict']:.3f} / {m['f1_strict']:.3f}" if m["em_strict"] is not None else ""
         yes_no = f"{m['yes_no']:.2f}" if m["yes_no"] is not None else ""  # eval.json from before the column
+        found = f"{m['support_recall']:.2f}" if m["support_recall"] is not None else ""  # agents on sets with passages
         lines.append(f"| {system} | {m['em']:.3f} | {m['f1']:.3f} | {m['answered']:.2f} | {yes_no} | {m['searches']:.2f} | "
-                     f"{m['turns']:.2f} | {strict} |")  # fmt: skip
+                     f"{found} | {m['turns']:.2f} | {strict} |")  # fmt: skip
     return lines
 
 
