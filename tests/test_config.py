@@ -25,6 +25,20 @@ def test_real_profile_lays_its_keys_over_params(repo_root):
     assert real.train.algorithm == tiny.train.algorithm
 
 
+@pytest.mark.parametrize("name", sorted(p.stem for p in (Path(__file__).parents[1] / "profiles").glob("*.yaml")))
+def test_every_shipped_profile_loads(repo_root, name):
+    """Each profile's keys are valid settings: a typo in one fails here, not in the middle of a run."""
+    assert load_config(repo_root / "params.yaml", {"profile": name}).profile == name
+
+
+def test_the_cold_start_profile_is_qwen_forced_with_its_cold_start(repo_root):
+    forced = load_config(repo_root / "params.yaml", {"profile": "qwen_forced"})
+    cold = load_config(repo_root / "params.yaml", {"profile": "qwen_cold"})
+    assert forced.model.warmup.cold_start_steps == 0 < cold.model.warmup.cold_start_steps
+    assert cold.agent.force_first_search and cold.agent.own_top_k(cold.retrieval.top_k) == 1 < cold.retrieval.top_k
+    assert cold.agent.reward.bonus_gate == "right_answer" and cold.train.steps == forced.train.steps
+
+
 def test_a_profile_extends_another(repo_root, tmp_path):
     """profiles/real_synthetic.yaml lays profiles/real.yaml first, then its own keys; a cycle is refused."""
     real = load_config(repo_root / "params.yaml", {"profile": "real"})
