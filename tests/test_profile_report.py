@@ -73,3 +73,23 @@ def test_the_report_names_the_profile_its_model_and_the_gpu(tmp_path, monkeypatc
     heading, _, machine_line = out.read_text().splitlines()[:3]
     assert heading.startswith("# Profile qwen (qwen2.5-coder-0.5b-instruct-q4_k_m.gguf), ")
     assert machine_line.startswith(f"Machine: {machine.cpu_line()}, torch threads from train.num_threads{gpu}. ")
+
+
+def test_each_sets_heading_counts_the_questions_it_holds_and_the_agent_shows_what_its_searches_found(tmp_path):
+    """A set smaller than its limit (2Wiki's 104 dev questions under the default 200) is headed by its own count."""
+    from components import artifacts
+    from components.config import load_config
+
+    cfg = load_config(ROOT / "params.yaml", {"profile": "qwen", "project.artifacts_dir": str(tmp_path / "art"),
+                                             "evaluate.sets": [{"dataset": "hotpotqa"}, {"dataset": "2wiki"}]})  # fmt: skip
+    metrics = {"em": 0.5, "f1": 0.5, "answered": 1.0, "yes_no": 0.0, "searches": 1.0, "support_recall": 0.75, "turns": 2.0}
+    report = {m: {d: {"dev": v} for d in ("hotpotqa", "2wiki")} for m, v in metrics.items()}
+    artifacts.eval_metrics(cfg).parent.mkdir(parents=True)
+    artifacts.eval_metrics(cfg).write_text(json.dumps(report))
+    rows = [{"system": "agent", "set": s, "question_id": f"q{i}", "question": "Who?", "answers": ["x"], "prediction": "x",
+             "searches": 1, "em": 1.0, "f1": 1.0} for s, n in (("hotpotqa/dev", 200), ("2wiki/dev", 104)) for i in range(n)]  # fmt: skip
+    artifacts.eval_predictions(cfg).parent.mkdir(parents=True)
+    artifacts.eval_predictions(cfg).write_text("\n".join(map(json.dumps, rows)))
+    lines = profile_report.write(cfg, {"profile": "qwen"}, {}, tmp_path / "report.md")
+    assert "## hotpotqa/dev (first 200 questions)" in lines and "## 2wiki/dev (first 104 questions)" in lines
+    assert "| agent | 0.500 | 0.500 | 1.00 | 0.00 | 1.00 | 0.75 | 2.00 |  |" in lines

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import json
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -114,12 +115,14 @@ def write(cfg, overrides: dict, seconds: dict[str, float], out: str | Path) -> l
              f"Machine: {cpu_line()}, torch threads from train.num_threads{gpu_line()}. Overrides: {overrides}.", "",
              "Wall time: " + (", ".join(f"{k} {v / 60:.1f} min" for k, v in seconds.items()) or "not timed here") + "; "
              f"train steps: {len(curve) - 1 if curve and curve[0]['step'] == '0' else len(curve)}.", ""]  # fmt: skip
-    for spec in cfg.evaluate.sets if report else []:
-        lines += [f"## {spec.dataset}/{spec.split} (first {spec.limit} questions)", "",
-                  *table(report, spec.dataset, spec.split), ""]  # fmt: skip
     predictions = artifacts.eval_predictions(cfg)
-    if predictions.exists():
-        rows = read_predictions(predictions)
+    rows = read_predictions(predictions) if predictions.exists() else []
+    asked = Counter(r["set"] for r in rows if r["system"] == "agent")  # a set may hold fewer than its limit
+    for spec in cfg.evaluate.sets if report else []:
+        n = asked.get(f"{spec.dataset}/{spec.split}") or spec.limit
+        lines += [f"## {spec.dataset}/{spec.split} (first {n} questions)", "",
+                  *table(report, spec.dataset, spec.split), ""]  # fmt: skip
+    if rows:
         lines += ["## Trained agent against the baselines (paired bootstrap over questions)", "",
                   *comparisons(rows, [f"{s.dataset}/{s.split}" for s in cfg.evaluate.sets]), ""]  # fmt: skip
         lines += ["## Where the agent beats naive RAG, and where it loses (full episodes: artifacts/eval/report.html)", ""]
