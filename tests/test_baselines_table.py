@@ -100,3 +100,13 @@ def test_the_command_passes_its_options_and_splits_systems(monkeypatch):
     profile, _, set_, limit, full, systems, *_, resume = got[0]
     assert (profile, set_, limit, full, systems, resume) == ("real", ["agent.max_turns=3"], 5, False,
                                                               ["direct", "naive_rag", "base_agent"], True)  # fmt: skip
+
+
+def test_set_values_read_as_every_other_command_reads_them(tmp_path):
+    """`-S model.warmup.cold_start_lr=5e-6` is a number here as in `agentr1 profile-report` (YAML 1.2 floats): the
+    run gets past its settings and stops at the missing prepared data."""
+    from components.artifacts import MissingArtifact
+    from tests.conftest import ROOT
+
+    with pytest.raises(MissingArtifact, match=r"questions\.parquet: not found"):
+        baselines.run("qwen", ROOT / "params.yaml", ["model.warmup.cold_start_lr=5e-6", f"project.artifacts_dir={tmp_path}"])

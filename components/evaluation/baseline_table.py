@@ -27,10 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
 
 from components import artifacts
-from components.config import load_config
+from components.config import load_config, read_yaml
 from components.data.prepare import read_questions
 from components.evaluation.evaluate import SYSTEMS, select
 from components.evaluation.machine import cpu_line
@@ -151,7 +150,7 @@ def run(profile: str = "qwen", params: str | Path = "params.yaml", set_: list[st
     from components.retrieval.factory import make_backend
     from components.rollout.vllm_engine import VllmEngine
 
-    overrides = {"profile": profile} | {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in set_ or [])}
+    overrides = {"profile": profile} | {k: read_yaml(v) for k, v in (s.split("=", 1) for s in set_ or [])}
     cfg = load_config(params, overrides)
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
