@@ -27,7 +27,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from components import artifacts
 from components.config import load_config, read_yaml
 from components.data.prepare import read_questions
