@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from components.config import ConfigError, flat_params, load_config
+from tests.conftest import ROOT
 
 
 def test_repo_params_load(repo_root):
@@ -25,7 +26,7 @@ def test_real_profile_lays_its_keys_over_params(repo_root):
     assert real.train.algorithm == tiny.train.algorithm
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in (Path(__file__).parents[1] / "profiles").glob("*.yaml")))
+@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "profiles").glob("*.yaml")))
 def test_every_shipped_profile_loads(repo_root, name):
     """Each profile's keys are valid settings: a typo in one fails here, not in the middle of a run."""
     assert load_config(repo_root / "params.yaml", {"profile": name}).profile == name

@@ -98,7 +98,7 @@ def test_the_agents_results_say_what_share_of_the_gold_passages_its_searches_fou
     qs = [q for q in toy.world.questions("dev") if q.supporting_ids][:8]
     agent = toy.agent.model_copy(update={"force_first_search": True})
     toy.backend.reseed(0)
-    first = [h for h in toy.backend.search(qs[0].corpus, [q.question for q in qs], 3)]
+    first = toy.backend.search(qs[0].corpus, [q.question for q in qs], 3)
     toy.backend.reseed(0)
     results = ev.evaluate_agent(toy.model, toy.tokenizer, qs, toy.backend, agent, 3)
     for q, hits, r in zip(qs, first, results):
