@@ -387,6 +387,10 @@ class WarmupConfig(Section):
         default=0, ge=0, description="SFT steps on gold-path transcripts of train questions before the format warm-up; 0 = off"
     )
     cold_start_lr: float = Field(default=2e-6, gt=0, description="learning rate of the cold start's SFT")
+    cold_start_balance_yes_no: bool = Field(
+        default=False, description="keep as many yes as no transcripts (a random subset of the larger side): 2Wiki's "
+        "train answers are 102 no to 28 yes, and a cold start on them answers no to every yes/no question",
+    )  # fmt: skip
     # Rejection sampling (components/base_model/rejection.py), after the format warm-up: SFT on the agent's own right
     # episodes of the warm-up's questions.
     rejection_samples: int = Field(

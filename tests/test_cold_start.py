@@ -6,6 +6,7 @@ answer or passage shows; the SFT on them and its place in the base_model stage's
 from __future__ import annotations
 
 import html
+import random
 
 import pytest
 import torch
@@ -111,6 +112,17 @@ def test_no_dev_question_answer_or_passage_in_any_transcript(made, shipped):
         assert not any(start in text for text in texts), pid
 
 
+def test_the_balanced_cold_start_keeps_as_many_yes_as_no_and_every_other_transcript(made):
+    data, _, _ = made
+    answer = lambda t: t.episode.answer.lower()  # noqa: E731
+    counts = {a: sum(answer(t) == a for t in data) for a in cold_start.YES_NO}
+    assert counts["no"] > counts["yes"] > 0  # as in 2Wiki's train split: more "no"
+    kept = cold_start.balance_yes_no(data, random.Random(0))
+    assert [answer(t) for t in kept].count("yes") == [answer(t) for t in kept].count("no") == counts["yes"]
+    assert [t for t in kept if answer(t) not in cold_start.YES_NO] == [t for t in data if answer(t) not in cold_start.YES_NO]
+    assert kept == cold_start.balance_yes_no(data, random.Random(0))  # seeded
+
+
 def test_under_the_forced_first_search_the_question_search_is_prompt(shipped):
     _, train, held, passages, backend, tok, root = shipped
     cfg = _config(root, {"agent.force_first_search": True})
@@ -146,9 +158,10 @@ def test_hotpotqa_path_is_the_question_then_the_bridge_named_in_the_first_passag
 
 
 def test_base_model_warm_up_runs_the_cold_start_sft(shipped, tmp_path):
-    """model.warmup.cold_start_steps alone: the stage builds the transcripts, learns them and saves the weights."""
+    """model.warmup.cold_start_steps alone: the stage builds the transcripts (balanced between yes and no), learns
+    them and saves the weights."""
     *_, tok, root = shipped
-    cfg = _sft_cfg(root, steps=0)  # the cold start alone
+    cfg = _sft_cfg(root, steps=0, cold_start_balance_yes_no=True)  # the cold start alone
     src = tmp_path / "pretrained"
     model = _tiny_model(tok)
     model.save_pretrained(src)
@@ -166,6 +179,7 @@ def test_base_model_warm_up_runs_the_cold_start_sft(shipped, tmp_path):
     tracker = Logged()
     metrics = warm_up_real(cfg, src, tmp_path / "base", tracker)
     assert metrics["cold_start_transcripts"] >= 1 and metrics["cold_start_loss"] < metrics["cold_start_first_loss"]
+    assert metrics["cold_start_answered_yes"] == metrics["cold_start_answered_no"] > 0
     assert "<tool_call>" in tracker.texts["cold_start/transcripts.txt"]
     from transformers import AutoModelForCausalLM
 

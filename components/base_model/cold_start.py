@@ -16,6 +16,9 @@ A transcript is kept only when it is honest:
 - no observation shows a held-out passage (one supporting a question of another split than train);
 - its searches fit agent.max_turns - 1 and all of it fits agent.max_total_tokens.
 
+With `model.warmup.cold_start_balance_yes_no` as many transcripts answer "yes" as "no" (2Wiki's train split answers
+"no" 102 times to 28 "yes"), so that the cold start teaches no answer to a comparison before reading.
+
 It is a Trajectory as the rollout records it: action mask 1 on the model's turns (the calls and the answer, each
 with its end-of-turn token), 0 on the prompt and on the environment's insertions.
 """
@@ -191,6 +194,14 @@ def _next_turn(d: _Draft, max_turns: int) -> bool:
     return True
 
 
+def balance_yes_no(data: Sequence[Trajectory], rng: random.Random) -> list[Trajectory]:
+    """`data` with as many "yes" as "no" answers: a random subset of the larger side, the rest in order."""
+    sides = {a: [t for t in data if (t.episode.answer or "").lower() == a] for a in YES_NO}
+    n = min(map(len, sides.values()))
+    kept = {id(t) for side in sides.values() for t in rng.sample(side, n)}
+    return [t for t in data if (t.episode.answer or "").lower() not in YES_NO or id(t) in kept]
+
+
 def held_out_passages(questions: Sequence[Question]) -> set[str]:
     """Ids of the passages supporting a question of another split than train: no transcript may show them."""
     return {i for q in questions if q.split != "train" for i in q.supporting_ids}
@@ -227,15 +238,19 @@ def run(model, chat: ChatFormat, backend: SearchBackend, train: Sequence[Questio
     """The transcripts of `train`, none showing a passage of a held-out question of `prepared`, then the SFT."""
     backend.reseed(0, 1)  # the retriever's ties as the transcripts saw them
     data, drops = transcripts(train, backend, chat, cfg, passages, held_out_passages(prepared))
+    wc = cfg.model.warmup
+    if wc.cold_start_balance_yes_no:
+        data = balance_yes_no(data, random.Random(f"agentr1-cold-start-yes-no:{cfg.project.seed}"))
     if not data:
         raise ValueError(f"model.warmup.cold_start_steps: no honest cold-start transcript from {len(train)} train "
                          f"questions (dropped: {dict(drops)})")  # fmt: skip
     tracker.log_text("\n\n".join(chat.tok.decode(t.input_ids) for t in data[:8]), "cold_start/transcripts.txt")
-    wc = cfg.model.warmup
     losses = sft(model, data, cfg, chat.pad_id, wc.cold_start_steps, wc.cold_start_lr, log=tracker.log_metrics)
     tail = losses[-10:]
     searches = sum(t.episode.n_calls for t in data) / len(data)
+    answers = Counter((t.episode.answer or "").lower() for t in data)
     return {"cold_start_transcripts": float(len(data)), "cold_start_dropped": float(sum(drops.values())),
+            **{f"cold_start_answered_{a}": float(answers[a]) for a in YES_NO},
             "cold_start_searches": searches, "cold_start_first_loss": losses[0],
             "cold_start_loss": sum(tail) / len(tail),
             **{f"cold_start_dropped/{k}": float(v) for k, v in drops.items()}}  # fmt: skip
