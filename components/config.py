@@ -387,6 +387,11 @@ class WarmupConfig(Section):
         default=0, ge=0, description="SFT steps on gold-path transcripts of train questions before the format warm-up; 0 = off"
     )
     cold_start_lr: float = Field(default=2e-6, gt=0, description="learning rate of the cold start's SFT")
+    cold_start_hops: Literal["unseen", "all"] = Field(
+        default="unseen", description="unseen: a transcript searches only the hops whose gold passage no search has "
+        "shown yet; all: every hop by name, also one the forced first search already showed (the question's own "
+        "query is never run twice)",
+    )  # fmt: skip
     cold_start_balance_yes_no: bool = Field(
         default=False, description="keep as many yes as no transcripts (a random subset of the larger side): 2Wiki's "
         "train answers are 102 no to 28 yes, and a cold start on them answers no to every yes/no question",

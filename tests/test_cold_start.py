@@ -138,6 +138,31 @@ def test_under_the_forced_first_search_the_question_search_is_prompt(shipped):
         assert all(c.arguments["query"] != q.question for c in queries)  # the environment searched it already
 
 
+def test_under_every_hop_each_hop_is_searched_by_its_own_query(shipped):
+    """model.warmup.cold_start_hops: all: also a hop the forced first search showed is searched by name, so every
+    transcript searches each hop but the question's own; under unseen, fewer."""
+    _, train, held, passages, backend, tok, root = shipped
+    searches = {}
+    for hops in ("unseen", "all"):
+        cfg = _config(root, {"agent.force_first_search": True, "model.warmup.cold_start_hops": hops})
+        chat = ChatFormat.for_agent(tok, cfg.agent)
+        backend.reseed(0, 1)
+        data, _ = cold_start.transcripts(train, backend, chat, cfg, passages, cold_start.held_out_passages(held))
+        searches[hops] = sum(t.episode.n_calls for t in data) / len(data)
+        if hops == "all":
+            for t in data:
+                q, calls = t.episode.question, t.episode.calls
+                queries = [query for query, _ in cold_start.gold_path(q, passages) if query != q.question]
+                assert [chat_call(t, chat, i) for i in range(len(calls))] == queries, q.id
+    assert searches["all"] > searches["unseen"]
+
+
+def chat_call(t, chat, i):
+    """The query of the transcript's `i`-th model turn."""
+    s, e = t.turn_spans[i]
+    return parse_turn(chat.decode_turn(t.input_ids[s:e])).arguments["query"]
+
+
 def test_a_hop_query_names_only_what_was_shown():
     question = "What is the date of birth of the performer of song Get Low?"
     assert cold_start.unshown_names("Get Low performer", question) == []

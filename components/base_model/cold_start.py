@@ -10,7 +10,7 @@ bridge order: the question first, then the title of the passage the first one (o
 
 A transcript is kept only when it is honest:
 - every hop's gold passage is among the hits of its query (a hop whose gold passage an earlier search already
-  showed is not searched again, and no query is run twice);
+  showed is not searched again, unless `model.warmup.cold_start_hops: all`; no query is run twice);
 - every name a query holds (capitalised words, numbers) is in the question or in an earlier observation;
 - the answer written is a gold answer shown in the question or an observation ("yes"/"no" always);
 - no observation shows a held-out passage (one supporting a question of another split than train);
@@ -138,7 +138,7 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
             d.reason = "held_out_shown"
         drafts.append(d)
     while todo := [d for d in drafts if d.reason is None and not d.traj.episode.done]:
-        playing = [d for d in todo if _next_turn(d, agent.max_turns)]
+        playing = [d for d in todo if _next_turn(d, agent.max_turns, cfg.model.warmup.cold_start_hops == "all")]
         if not playing:
             break
         results = env.step([d.traj.episode for d in playing], [d.text for d in playing])
@@ -170,11 +170,12 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
     return out, drops
 
 
-def _next_turn(d: _Draft, max_turns: int) -> bool:
-    """Set the draft's next turn: the next hop not yet shown, else the answer; False (with a reason) if none is honest."""
+def _next_turn(d: _Draft, max_turns: int, every_hop: bool) -> bool:
+    """Set the draft's next turn: the next hop not yet shown (`every_hop`: not yet searched), else the answer; False
+    (with a reason) if none is honest."""
     ep, known = d.traj.episode, d.known()
-    while d.hop < len(d.path) and d.path[d.hop][1] in ep.seen_ids:
-        d.hop += 1  # an earlier search showed this hop's passage already
+    while d.hop < len(d.path) and d.path[d.hop][1] in ep.seen_ids and (not every_hop or d.path[d.hop][0] in d.searched):
+        d.hop += 1  # an earlier search showed this hop's passage already (under every_hop: that hop's own query)
     if d.hop < len(d.path):
         query = d.path[d.hop][0]
         if ep.turns >= max_turns - 1:
