@@ -36,6 +36,7 @@ def test_the_cold_start_profile_is_qwen_forced_with_its_cold_start(repo_root):
     forced = load_config(repo_root / "params.yaml", {"profile": "qwen_forced"})
     cold = load_config(repo_root / "params.yaml", {"profile": "qwen_cold"})
     assert forced.model.warmup.cold_start_steps == 0 < cold.model.warmup.cold_start_steps
+    assert cold.model.warmup.cold_start_hops == "all" and cold.model.warmup.cold_start_balance_yes_no
     assert cold.agent.force_first_search and cold.agent.own_top_k(cold.retrieval.top_k) == 1 < cold.retrieval.top_k
     assert cold.agent.reward.bonus_gate == "right_answer" and cold.train.steps == forced.train.steps
 
