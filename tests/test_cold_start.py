@@ -17,6 +17,7 @@ from components.agent.tools import SearchTool, validate_arguments
 from components.config import load_config
 from components.data.prepare import load_all, write_passages, write_questions
 from components.data.schema import Passage, Question
+from components.data.yes_no import YES_NO, balance_yes_no
 from components.io import write_json
 from components.base_model import cold_start, rejection
 from components.base_model.base_model import warm_up_real
@@ -115,12 +116,12 @@ def test_no_dev_question_answer_or_passage_in_any_transcript(made, shipped):
 def test_the_balanced_cold_start_keeps_as_many_yes_as_no_and_every_other_transcript(made):
     data, _, _ = made
     answer = lambda t: t.episode.answer.lower()  # noqa: E731
-    counts = {a: sum(answer(t) == a for t in data) for a in cold_start.YES_NO}
+    counts = {a: sum(answer(t) == a for t in data) for a in YES_NO}
     assert counts["no"] > counts["yes"] > 0  # as in 2Wiki's train split: more "no"
-    kept = cold_start.balance_yes_no(data, random.Random(0))
+    kept = balance_yes_no(data, answer, random.Random(0))
     assert [answer(t) for t in kept].count("yes") == [answer(t) for t in kept].count("no") == counts["yes"]
-    assert [t for t in kept if answer(t) not in cold_start.YES_NO] == [t for t in data if answer(t) not in cold_start.YES_NO]
-    assert kept == cold_start.balance_yes_no(data, random.Random(0))  # seeded
+    assert [t for t in kept if answer(t) not in YES_NO] == [t for t in data if answer(t) not in YES_NO]
+    assert kept == balance_yes_no(data, answer, random.Random(0))  # seeded
 
 
 def test_under_the_forced_first_search_the_question_search_is_prompt(shipped):

@@ -10,7 +10,8 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 from components.agent.prompts import SYSTEM_PROMPT
 from components import artifacts
 from components.data.prepare import write_questions
-from components.data.schema import DataError
+from components.data.schema import DataError, Question
+from components.train.local.train import train_questions
 from components.train.verl.export import AGENT_NAME, export
 from tests.verl_fixtures import QUESTIONS, make_cfg, verl_config
 
@@ -45,6 +46,23 @@ def test_export_takes_only_train_datasets(tmp_path):
     assert ids(paths["train"]) == ["q6"] and ids(paths["val"]) == ["q7"]  # q1-q5: other datasets
     paths = export(prepared(tmp_path, datasets=["synthetic"]), tmp_path / "all")
     assert ids(paths["val"]) == ["q3", "q8", "q7"]  # no cap: every dev question of the datasets
+
+
+def test_balance_yes_no_draws_as_many_yes_as_no_on_both_backends(tmp_path):
+    """train.balance_yes_no: a seeded subset of the "no" questions as large as the "yes" ones, the rest in order;
+    the verl export and the local trainer's pool are the same questions."""
+    answers = ["No", "yes", "Paris", "no", "no", "Yes", "no", "Rome", "no"]
+    qs = [Question(f"t{i}", f"Question {i}?", [a], "synthetic", "train", [], "toy") for i, a in enumerate(answers)]
+    qs.append(Question("d0", "Dev?", ["no"], "synthetic", "dev", [], "toy"))
+    plain = export(prepared(tmp_path, qs), tmp_path / "plain")
+    assert ids(plain["train"]) == [q.id for q in qs[:-1]]  # off by default: every train question
+    cfg = prepared(tmp_path, qs, balance_yes_no=True)
+    kept = ids(export(cfg, tmp_path / "balanced")["train"])
+    by_id = {q.id: q.answers[0].lower() for q in qs}
+    assert [by_id[i] for i in kept].count("yes") == [by_id[i] for i in kept].count("no") == 2
+    assert [i for i in kept if by_id[i] not in ("yes", "no")] == ["t2", "t7"] and kept == sorted(kept)
+    assert kept == [q.id for q in train_questions(qs, cfg)]  # the local trainer draws from the same pool
+    assert kept == ids(export(cfg, tmp_path / "again")["train"])  # seeded
 
 
 def test_rlhf_dataset_reads_our_parquet(tmp_path, tokenizer):

@@ -37,6 +37,7 @@ from tqdm import tqdm
 from components.agent.parser import answer_text, call_text
 from components.config import Config
 from components.data.schema import Passage, Question
+from components.data.yes_no import YES_NO, balance_yes_no
 from components.model.loading import autocast, freeze_below
 from components.base_model.priming import Sequence_, sft_step
 from components.base_model.warmup import _NAME, FUNCTION_WORDS, mentions
@@ -45,7 +46,6 @@ from components.rollout.chat import ChatFormat
 from components.rollout.episode_setup import EpisodeSetup, make_env
 from components.rollout.trajectory import Trajectory
 
-YES_NO = ("yes", "no")  # comparison answers: shown by no passage, named by no question
 _NUMBER = re.compile(r"\d+")
 _PAREN = re.compile(r"\s*\([^)]*\)$")  # a title's disambiguation: "Lilu (mythology)"
 
@@ -195,14 +195,6 @@ def _next_turn(d: _Draft, max_turns: int, every_hop: bool) -> bool:
     return True
 
 
-def balance_yes_no(data: Sequence[Trajectory], rng: random.Random) -> list[Trajectory]:
-    """`data` with as many "yes" as "no" answers: a random subset of the larger side, the rest in order."""
-    sides = {a: [t for t in data if (t.episode.answer or "").lower() == a] for a in YES_NO}
-    n = min(map(len, sides.values()))
-    kept = {id(t) for side in sides.values() for t in rng.sample(side, n)}
-    return [t for t in data if (t.episode.answer or "").lower() not in YES_NO or id(t) in kept]
-
-
 def held_out_passages(questions: Sequence[Question]) -> set[str]:
     """Ids of the passages supporting a question of another split than train: no transcript may show them."""
     return {i for q in questions if q.split != "train" for i in q.supporting_ids}
@@ -241,7 +233,8 @@ def run(model, chat: ChatFormat, backend: SearchBackend, train: Sequence[Questio
     data, drops = transcripts(train, backend, chat, cfg, passages, held_out_passages(prepared))
     wc = cfg.model.warmup
     if wc.cold_start_balance_yes_no:
-        data = balance_yes_no(data, random.Random(f"agentr1-cold-start-yes-no:{cfg.project.seed}"))
+        rng = random.Random(f"agentr1-cold-start-yes-no:{cfg.project.seed}")
+        data = balance_yes_no(data, lambda t: t.episode.answer, rng)
     if not data:
         raise ValueError(f"model.warmup.cold_start_steps: no honest cold-start transcript from {len(train)} train "
                          f"questions (dropped: {dict(drops)})")  # fmt: skip

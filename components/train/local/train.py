@@ -26,6 +26,7 @@ from components.agent.rewards import is_yes_no
 from components.config import Config
 from components.data.prepare import read_questions
 from components.data.schema import Question
+from components.data.yes_no import balance_yes_no
 from components.evaluation.agent_eval import evaluate_agent, summarize
 from components.io import atomic_path
 from components.model.loading import RolloutWeights, autocast, freeze_below, load_model, pick_device
@@ -58,6 +59,14 @@ def checkpoint_root(cfg: Config) -> Path:
 
 def split_questions(questions: Sequence[Question], datasets: Sequence[str], split: str) -> list[Question]:
     return [q for q in questions if q.dataset in datasets and q.split == split]
+
+
+def train_questions(questions: Sequence[Question], cfg: Config) -> list[Question]:
+    """The train split of train.datasets; with train.balance_yes_no, as many answering "yes" as "no"."""
+    train = split_questions(questions, cfg.train.datasets, "train")
+    if cfg.train.balance_yes_no:
+        train = balance_yes_no(train, lambda q: q.answers[0] if q.answers else None, random.Random(f"{cfg.project.seed}:train-yes-no"))
+    return train
 
 
 def curve_questions(questions: Sequence[Question], dataset: str, n: int | None) -> list[Question]:
@@ -191,7 +200,7 @@ def _prepared_questions(cfg: Config) -> list[Question]:
 def build_trainer(cfg: Config) -> Trainer:
     questions = _prepared_questions(cfg)
     tc = cfg.train
-    train_qs = split_questions(questions, tc.datasets, "train")
+    train_qs = train_questions(questions, cfg)
     if not train_qs:
         raise ValueError(f"train.datasets={tc.datasets}: no train-split questions in {artifacts.questions(cfg)}")
     if tc.curriculum.steps and not curriculum_pool(train_qs, tc.curriculum.min_hops):

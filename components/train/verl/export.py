@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from components.agent.prompts import SYSTEM_PROMPT, initial_messages, system_prompt_text
-from components.train.local.train import COUNTERFACTUAL, SYNTHETIC, curve_questions, split_questions
+from components.train.local.train import COUNTERFACTUAL, SYNTHETIC, curve_questions, train_questions
 from components import artifacts
 from components.data.prepare import read_questions
 from components.data.schema import DataError, Question
@@ -58,7 +58,7 @@ def export(cfg, out_dir: str | Path, eval_questions: int | None = None) -> dict[
     datasets = cfg.train.datasets  # as the local trainer: train.datasets' train split, their dev split for val
     val_sets = [*datasets, COUNTERFACTUAL] if SYNTHETIC in datasets else datasets
     splits = {
-        "train": split_questions(questions, datasets, TRAIN_SPLIT),
+        "train": train_questions(questions, cfg),
         "val": [q for ds in val_sets for q in curve_questions(questions, ds, eval_questions)],
     }
     for name, qs in splits.items():

@@ -1,0 +1,19 @@
+"""Yes/no answers (2Wiki's and HotpotQA's comparisons) and a set with as many of each."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+YES_NO = ("yes", "no")  # comparison answers: shown by no passage, named by no question
+
+T = TypeVar("T")
+
+
+def balance_yes_no(items: Sequence[T], answer_of: Callable[[T], str | None], rng: random.Random) -> list[T]:
+    """`items` with as many "yes" as "no" answers: a random subset of the larger side, every item kept in order."""
+    sides = {a: [i for i, x in enumerate(items) if (answer_of(x) or "").strip().lower() == a] for a in YES_NO}
+    n = min(map(len, sides.values()))
+    dropped = {i for side in sides.values() for i in set(side) - set(rng.sample(side, n))}
+    return [x for i, x in enumerate(items) if i not in dropped]
