@@ -553,9 +553,10 @@ class TrainConfig(Section):
         default=None, gt=0, description="wall-time budget of one train call: after the step that passes it, evaluate, "
         "checkpoint and stop (a later call resumes); null = no budget")  # fmt: skip
     questions_per_step: int = Field(default=16, ge=1)
-    balance_yes_no: bool = Field(
-        default=False, description="draw from as many yes as no train questions (a seeded subset of the larger side): "
-        "2Wiki's train split answers no 102 times to 28 yes, and RL on it learns to answer no to every yes/no question",
+    yes_no: Literal["all", "balance", "none"] = Field(
+        default="all", description="RL's yes/no train questions: all of them; balance: as many yes as no (a seeded "
+        "subset of the larger side); none: no yes/no question. 2Wiki's train split answers no 102 times to 28 yes, and "
+        "RL on it learns to answer no to every yes/no question",
     )  # fmt: skip
     group_size: int = Field(default=8, ge=1, description="rollouts per question (GRPO/RLOO/RF++-baseline groups)")
     micro_batch_size: int = Field(default=64, ge=1, description="episodes per forward/backward (grad accumulation)")
@@ -733,6 +734,7 @@ RENAMED: dict[str, str] = {
 }
 REMOVED: dict[str, str] = {
     "train.verl.grpo_process_rewards": "process-supervised GRPO is train.algorithm: grpo_process, on either backend",
+    "train.balance_yes_no": "RL's yes/no questions are train.yes_no: all, balance or none",
 }
 
 

@@ -220,6 +220,15 @@ def test_the_removed_grpo_switch_points_to_the_algorithm(repo_root):
     assert load_config(repo_root / "params.yaml", {"train.algorithm": "grpo_process"}).train.algorithm == "grpo_process"
 
 
+def test_the_removed_yes_no_switch_points_to_its_three_way_key(repo_root):
+    with pytest.raises(ConfigError) as err:
+        load_config(repo_root / "params.yaml", {"train.balance_yes_no": True})
+    assert "train.balance_yes_no was removed: RL's yes/no questions are train.yes_no: all, balance or none" in str(err.value)
+    assert load_config(repo_root / "params.yaml", {"train.yes_no": "none"}).train.yes_no == "none"
+    with pytest.raises(ConfigError, match="train.yes_no"):
+        load_config(repo_root / "params.yaml", {"train.yes_no": "some"})
+
+
 def test_a_stored_config_with_the_old_keys_loads_with_them_moved(repo_root):
     """A model registered before the keys moved bundles a config dump with the old keys: serving moves them."""
     from components.config import parse_config, with_new_keys

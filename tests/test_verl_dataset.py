@@ -48,21 +48,24 @@ def test_export_takes_only_train_datasets(tmp_path):
     assert ids(paths["val"]) == ["q3", "q8", "q7"]  # no cap: every dev question of the datasets
 
 
-def test_balance_yes_no_draws_as_many_yes_as_no_on_both_backends(tmp_path):
-    """train.balance_yes_no: a seeded subset of the "no" questions as large as the "yes" ones, the rest in order;
-    the verl export and the local trainer's pool are the same questions."""
+def test_yes_no_questions_all_balanced_or_none_on_both_backends(tmp_path):
+    """train.yes_no: every train question (all), a seeded subset of the "no" questions as large as the "yes" ones
+    (balance), or no yes/no question (none); the others in order. The verl export and the local trainer's pool are
+    the same questions."""
     answers = ["No", "yes", "Paris", "no", "no", "Yes", "no", "Rome", "no"]
     qs = [Question(f"t{i}", f"Question {i}?", [a], "synthetic", "train", [], "toy") for i, a in enumerate(answers)]
     qs.append(Question("d0", "Dev?", ["no"], "synthetic", "dev", [], "toy"))
-    plain = export(prepared(tmp_path, qs), tmp_path / "plain")
-    assert ids(plain["train"]) == [q.id for q in qs[:-1]]  # off by default: every train question
-    cfg = prepared(tmp_path, qs, balance_yes_no=True)
-    kept = ids(export(cfg, tmp_path / "balanced")["train"])
     by_id = {q.id: q.answers[0].lower() for q in qs}
+    plain = export(prepared(tmp_path, qs), tmp_path / "plain")
+    assert ids(plain["train"]) == [q.id for q in qs[:-1]]  # all by default: every train question
+    cfg = prepared(tmp_path, qs, yes_no="balance")
+    kept = ids(export(cfg, tmp_path / "balanced")["train"])
     assert [by_id[i] for i in kept].count("yes") == [by_id[i] for i in kept].count("no") == 2
     assert [i for i in kept if by_id[i] not in ("yes", "no")] == ["t2", "t7"] and kept == sorted(kept)
     assert kept == [q.id for q in train_questions(qs, cfg)]  # the local trainer draws from the same pool
     assert kept == ids(export(cfg, tmp_path / "again")["train"])  # seeded
+    cfg = prepared(tmp_path, qs, yes_no="none")
+    assert ids(export(cfg, tmp_path / "none")["train"]) == ["t2", "t7"] == [q.id for q in train_questions(qs, cfg)]
 
 
 def test_rlhf_dataset_reads_our_parquet(tmp_path, tokenizer):

@@ -1,4 +1,4 @@
-"""Yes/no answers (2Wiki's and HotpotQA's comparisons) and a set with as many of each."""
+"""Yes/no answers (2Wiki's and HotpotQA's comparisons): a set with as many of each, or with none."""
 
 from __future__ import annotations
 
@@ -17,3 +17,8 @@ def balance_yes_no(items: Sequence[T], answer_of: Callable[[T], str | None], rng
     n = min(map(len, sides.values()))
     dropped = {i for side in sides.values() for i in set(side) - set(rng.sample(side, n))}
     return [x for i, x in enumerate(items) if i not in dropped]
+
+
+def without_yes_no(items: Sequence[T], answer_of: Callable[[T], str | None]) -> list[T]:
+    """`items` whose answer is neither "yes" nor "no", in order."""
+    return [x for x in items if (answer_of(x) or "").strip().lower() not in YES_NO]

@@ -26,7 +26,7 @@ from components.agent.rewards import is_yes_no
 from components.config import Config
 from components.data.prepare import read_questions
 from components.data.schema import Question
-from components.data.yes_no import balance_yes_no
+from components.data.yes_no import balance_yes_no, without_yes_no
 from components.evaluation.agent_eval import evaluate_agent, summarize
 from components.io import atomic_path
 from components.model.loading import RolloutWeights, autocast, freeze_below, load_model, pick_device
@@ -62,10 +62,14 @@ def split_questions(questions: Sequence[Question], datasets: Sequence[str], spli
 
 
 def train_questions(questions: Sequence[Question], cfg: Config) -> list[Question]:
-    """The train split of train.datasets; with train.balance_yes_no, as many answering "yes" as "no"."""
+    """The train split of train.datasets, with its yes/no questions as train.yes_no says: all, as many answering
+    "yes" as "no" (balance), or none."""
     train = split_questions(questions, cfg.train.datasets, "train")
-    if cfg.train.balance_yes_no:
-        train = balance_yes_no(train, lambda q: q.answers[0] if q.answers else None, random.Random(f"{cfg.project.seed}:train-yes-no"))
+    answer = lambda q: q.answers[0] if q.answers else None  # noqa: E731
+    if cfg.train.yes_no == "balance":
+        return balance_yes_no(train, answer, random.Random(f"{cfg.project.seed}:train-yes-no"))
+    if cfg.train.yes_no == "none":
+        return without_yes_no(train, answer)
     return train
 
 
