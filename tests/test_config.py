@@ -39,6 +39,7 @@ def test_the_cold_start_profile_is_qwen_forced_with_its_cold_start(repo_root):
     assert cold.model.warmup.cold_start_hops == "all" and cold.model.warmup.cold_start_balance_yes_no
     assert cold.agent.force_first_search and cold.agent.own_top_k(cold.retrieval.top_k) == 1 < cold.retrieval.top_k
     assert cold.agent.reward.bonus_gate == "right_answer" and cold.train.steps == forced.train.steps
+    assert cold.train.yes_no == "none" and forced.train.yes_no == "all"  # RL on the questions that are not yes/no
 
 
 def test_a_profile_extends_another(repo_root, tmp_path):
