@@ -10,8 +10,9 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 from components.agent.prompts import SYSTEM_PROMPT
 from components import artifacts
 from components.data.prepare import write_questions
+from components.config import ConfigError
 from components.data.schema import DataError, Question
-from components.train.local.train import train_questions
+from components.train.local.train import build_trainer, train_questions
 from components.train.verl.export import AGENT_NAME, export
 from tests.verl_fixtures import QUESTIONS, make_cfg, verl_config
 
@@ -66,6 +67,22 @@ def test_yes_no_questions_all_balanced_or_none_on_both_backends(tmp_path):
     assert kept == ids(export(cfg, tmp_path / "again")["train"])  # seeded
     cfg = prepared(tmp_path, qs, yes_no="none")
     assert ids(export(cfg, tmp_path / "none")["train"]) == ["t2", "t7"] == [q.id for q in train_questions(qs, cfg)]
+
+
+def test_a_train_pool_that_yes_no_none_empties_names_the_key_on_both_backends(tmp_path):
+    """Every train question answers yes or no: with train.yes_no none no question is left, and both backends stop
+    in one line that names train.yes_no, before any model is loaded (ConfigError: the CLI prints it, no traceback)."""
+    qs = [Question(f"t{i}", f"Question {i}?", [a], "synthetic", "train", [], "toy")
+          for i, a in enumerate(["yes", "No"])]  # fmt: skip
+    qs.append(Question("d0", "Dev?", ["Paris"], "synthetic", "dev", [], "toy"))
+    cfg = prepared(tmp_path, qs, yes_no="none")
+    empty = r"no questions in split 'train' of train.datasets=\['synthetic'\], train.yes_no='none'$"
+    with pytest.raises(DataError, match=empty):
+        export(cfg, tmp_path / "verl")
+    named = r"train.datasets=\['synthetic'\], train.yes_no='none': no train-split questions in "
+    with pytest.raises(ConfigError, match=named):
+        build_trainer(cfg)
+    assert train_questions(qs, prepared(tmp_path, qs)) == qs[:2]  # with yes_no all the same file has a pool
 
 
 def test_rlhf_dataset_reads_our_parquet(tmp_path, tokenizer):

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from components import artifacts
 from components.agent.rewards import is_yes_no
-from components.config import Config
+from components.config import Config, ConfigError
 from components.data.prepare import read_questions
 from components.data.schema import Question
 from components.data.yes_no import balance_yes_no, without_yes_no
@@ -71,6 +71,11 @@ def train_questions(questions: Sequence[Question], cfg: Config) -> list[Question
     if cfg.train.yes_no == "none":
         return without_yes_no(train, answer)
     return train
+
+
+def yes_no_note(cfg: Config) -> str:
+    """", train.yes_no=...", for an error about an empty train pool, when train.yes_no may have emptied it."""
+    return "" if cfg.train.yes_no == "all" else f", train.yes_no={cfg.train.yes_no!r}"
 
 
 def curve_questions(questions: Sequence[Question], dataset: str, n: int | None) -> list[Question]:
@@ -206,9 +211,10 @@ def build_trainer(cfg: Config) -> Trainer:
     tc = cfg.train
     train_qs = train_questions(questions, cfg)
     if not train_qs:
-        raise ValueError(f"train.datasets={tc.datasets}: no train-split questions in {artifacts.questions(cfg)}")
+        raise ConfigError(f"train.datasets={tc.datasets}{yes_no_note(cfg)}: no train-split questions in "
+                          f"{artifacts.questions(cfg)}")
     if tc.curriculum.steps and not curriculum_pool(train_qs, tc.curriculum.min_hops):
-        raise ValueError(f"train.curriculum.min_hops={tc.curriculum.min_hops}: no train-split question of "
+        raise ConfigError(f"train.curriculum.min_hops={tc.curriculum.min_hops}: no train-split question of "
                          f"train.datasets={tc.datasets} has that many hops")  # fmt: skip
     eval_sets = {}
     for ds in tc.datasets:

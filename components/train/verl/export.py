@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from components.agent.prompts import SYSTEM_PROMPT, initial_messages, system_prompt_text
-from components.train.local.train import COUNTERFACTUAL, SYNTHETIC, curve_questions, train_questions
+from components.train.local.train import COUNTERFACTUAL, SYNTHETIC, curve_questions, train_questions, yes_no_note
 from components import artifacts
 from components.data.prepare import read_questions
 from components.data.schema import DataError, Question
@@ -64,7 +64,8 @@ def export(cfg, out_dir: str | Path, eval_questions: int | None = None) -> dict[
     for name, qs in splits.items():
         if not qs:
             split = TRAIN_SPLIT if name == "train" else EVAL_SPLIT
-            raise DataError(f"{source}: no questions in split {split!r} of train.datasets={list(datasets)}")
+            note = yes_no_note(cfg) if name == "train" else ""
+            raise DataError(f"{source}: no questions in split {split!r} of train.datasets={list(datasets)}{note}")
         bad = next((q for q in qs if not q.answers), None)
         if bad is not None:
             raise DataError(f"{source}: question {bad.id!r} has no answers")
