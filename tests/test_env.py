@@ -66,3 +66,43 @@ def test_a_venv_is_made_even_when_ensurepip_fails(tmp_path, repo_root):
     assert "failed in ensurepip" in out.stderr
     pip = subprocess.run([venv / "bin" / "python", "-m", "pip", "--version"], capture_output=True, text=True, timeout=60)
     assert pip.returncode == 0 and str(venv) in pip.stdout, pip.stdout + pip.stderr
+
+
+FULL_DF = """#!/usr/bin/env bash
+# df on a disk with 1 GB free: a full disk cannot be made on demand
+echo "Filesystem 1024-blocks Used Available Capacity Mounted on"
+echo "/dev/full 100000000 98951424 1048576 99% /"
+"""
+
+
+def test_a_venv_the_disk_cannot_hold_stops_before_installing_and_names_it(tmp_path, repo_root):
+    """Setup's and vLLM's venvs check the free space first: on a disk with 1 GB free each stops in one line naming the
+    venv and the space it needs, and leaves no half-made venv (pip would stop half-way with Errno 28)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "df").write_text(FULL_DF)
+    (fake / "df").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    venv, vllm_venv = tmp_path / "venv", tmp_path / "venv-vllm"
+    setup = subprocess.run(["make", "--no-print-directory", f"VENV={venv}", f"{venv}/bin/python"], cwd=repo_root,
+                           env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    vllm = subprocess.run(["scripts/vllm-venv.sh", str(vllm_venv), sys.executable], cwd=repo_root, env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert setup.returncode != 0 and f"the project's venv ({venv}) needs about 4 GB free on / " in setup.stderr
+    assert vllm.returncode == 1 and vllm.stderr.splitlines() == [
+        f"vLLM's venv ({vllm_venv}) needs about 4 GB free on / ({tmp_path}); 1.0 GB is free"]
+    assert "1.0 GB is free" in setup.stderr and "Traceback" not in setup.stderr + vllm.stderr
+    assert not venv.exists() and not vllm_venv.exists()
+
+
+def test_the_space_check_passes_where_the_disk_has_room(tmp_path, repo_root):
+    """The real df: a need of 0 GB passes silently, one above the disk's size stops naming the real mount point."""
+    ok = subprocess.run(["scripts/need-space.sh", "0", str(tmp_path / "v"), "v"], cwd=repo_root, capture_output=True,
+                        text=True, timeout=30)  # fmt: skip
+    assert ok.returncode == 0 and ok.stdout + ok.stderr == ""
+    size_gb = int(subprocess.run(["df", "-Pk", str(tmp_path)], capture_output=True, text=True).stdout.split()[8]) // 2**20
+    mount = subprocess.run(["df", "-P", str(tmp_path)], capture_output=True, text=True).stdout.split()[-1]
+    big = subprocess.run(["scripts/need-space.sh", str(size_gb + 1), str(tmp_path / "v"), "v"], cwd=repo_root,
+                         capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert big.returncode == 1 and big.stderr.startswith(f"v needs about {size_gb + 1} GB free on {mount} ({tmp_path})")
+    assert not (tmp_path / "v").exists()
