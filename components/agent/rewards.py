@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from components.config import RewardConfig
+from components.data.yes_no import yes_or_no
 
 
 # --- answer metrics (official SQuAD v1.1 / HotpotQA evaluation normalisation) -------------------------
@@ -35,7 +36,7 @@ def normalize_answer(s: str) -> str:
 
 def is_yes_no(answer: str | None) -> bool:
     """A bare "yes" or "no": the guess a policy that stopped searching falls back on (2Wiki's comparisons)."""
-    return answer is not None and normalize_answer(answer) in {"yes", "no"}
+    return answer is not None and yes_or_no(normalize_answer(answer)) is not None
 
 
 def _f1_single(prediction: str, ground_truth: str) -> float:
