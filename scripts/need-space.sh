@@ -5,10 +5,10 @@ set -euo pipefail
 gb=$1 dir=$2 what=$3
 for d in "$dir" "${TMPDIR:-/tmp}"; do  # pip unpacks its wheels in the temp dir
   while [[ ! -e $d ]]; do d=$(dirname "$d"); done  # DIR may not exist yet: its nearest existing parent
-  free_kb=$(df -Pk "$d" | awk 'NR == 2 {print $4}')
+  read -r free_kb mount < <(df -Pk "$d" | awk 'NR == 2 {print $4, $6}')
   if (( free_kb < gb * 1024 * 1024 )); then
     free=$(awk -v k="$free_kb" 'BEGIN {printf "%.1f", k / 1048576}')
-    echo "$what needs about $gb GB free on $(df -P "$d" | awk 'NR == 2 {print $6}') ($d); $free GB is free" >&2
+    echo "$what needs about $gb GB free on $mount ($d); $free GB is free" >&2
     exit 1
   fi
 done
