@@ -166,6 +166,16 @@ def test_a_hop_query_names_only_what_was_shown():
     assert cold_start.unshown_names("What year was it released in 1987?", "it came out") == ["1987"]
 
 
+def test_the_answer_written_is_yes_or_no_in_any_form_or_one_shown():
+    def question(*answers):
+        return Question("h:1", "Is Alû older than Lilu?", list(answers), "hotpotqa", "train", ["p1", "p2"])
+
+    assert cold_start.shown_answer(question(" Yes "), "nothing shown") == " Yes "  # as the reward reads it
+    assert cold_start.shown_answer(question("Gallu", "no"), "[1] Alû: a demon") == "no"
+    assert cold_start.shown_answer(question("Gallu"), "[1] Alû: with Gallu") == "Gallu"
+    assert cold_start.shown_answer(question("Gallu"), "[1] Alû: a demon") is None
+
+
 def test_hotpotqa_path_is_the_question_then_the_bridge_named_in_the_first_passage():
     first = Passage("p1", "Alû", "Alû is a demon, associated with Gallu and Lilu.")
     second = Passage("p2", "Lilu (mythology)", "A lilu is a spirit.")

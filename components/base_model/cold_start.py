@@ -37,7 +37,7 @@ from tqdm import tqdm
 from components.agent.parser import answer_text, call_text
 from components.config import Config
 from components.data.schema import Passage, Question
-from components.data.yes_no import YES_NO, balance_yes_no
+from components.data.yes_no import YES_NO, balance_yes_no, yes_or_no
 from components.model.loading import autocast, freeze_below
 from components.base_model.priming import Sequence_, sft_step
 from components.base_model.warmup import _NAME, FUNCTION_WORDS, mentions
@@ -88,7 +88,7 @@ def unshown_names(query: str, known: str) -> list[str]:
 
 
 def shown_answer(q: Question, known: str) -> str | None:
-    return next((a for a in q.answers if a.lower() in YES_NO or mentions(known, [a])), None)
+    return next((a for a in q.answers if yes_or_no(a) or mentions(known, [a])), None)
 
 
 # --- transcripts ---------------------------------------------------------------------------------------------
@@ -242,7 +242,7 @@ def run(model, chat: ChatFormat, backend: SearchBackend, train: Sequence[Questio
     losses = sft(model, data, cfg, chat.pad_id, wc.cold_start_steps, wc.cold_start_lr, log=tracker.log_metrics)
     tail = losses[-10:]
     searches = sum(t.episode.n_calls for t in data) / len(data)
-    answers = Counter((t.episode.answer or "").lower() for t in data)
+    answers = Counter(yes_or_no(t.episode.answer) for t in data)
     return {"cold_start_transcripts": float(len(data)), "cold_start_dropped": float(sum(drops.values())),
             **{f"cold_start_answered_{a}": float(answers[a]) for a in YES_NO},
             "cold_start_searches": searches, "cold_start_first_loss": losses[0],
