@@ -117,12 +117,8 @@ print(json.dumps({"schedules": schedules, "parameters": parameters, "state": flo
 
 
 def _trigger(project, env) -> dict:
-    deadline = time.monotonic() + 120
-    while True:
-        out = subprocess.run([sys.executable, "-c", TRIGGER], cwd=project, env=env, capture_output=True, text=True, timeout=1800)
-        if out.returncode == 0 or time.monotonic() > deadline or "ObjectNotFound" not in out.stderr:
-            break
-        time.sleep(2)  # serve() has not registered the deployment yet
+    """Run the deployment (registered: _serve) and wait for its end; its schedules, parameters, state and logs."""
+    out = subprocess.run([sys.executable, "-c", TRIGGER], cwd=project, env=env, capture_output=True, text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -177,7 +173,7 @@ def test_scheduled_retraining_on_a_new_data_version(built, tmp_path, prefect_api
     env = env_for(project)
     env["PREFECT_API_URL"] = prefect_api
     env["PREFECT_RUNNER_POLL_FREQUENCY"] = "1"  # serve() picks up a triggered run within a second, not ten
-    served = start([sys.executable, "-m", "flows.deploy"], project, env, tmp_path / "serve.log")
+    served = _serve(project, env, tmp_path / "serve.log")
     try:
         client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
 
@@ -219,24 +215,14 @@ def test_scheduled_retraining_on_a_new_data_version(built, tmp_path, prefect_api
         stop(served)
 
 
-DEPLOYED = """
-import asyncio
-from prefect.client.orchestration import get_client
-
-async def main():
-    async with get_client() as c:
-        await c.read_deployment_by_name("agentr1-pipeline/nightly")
-asyncio.run(main())
-"""
+DEPLOYMENT = "deployments/name/agentr1-pipeline/nightly"  # Prefect's REST route for read_deployment_by_name
 
 
 def _serve(project, env, log):
-    """`python -m flows.deploy` against the module's server, once its deployment is registered."""
+    """`python -m flows.deploy` against the module's server, once its deployment is registered (asked over HTTP:
+    a Python process per poll would import Prefect's client, seconds of CPU each, beside the starting runner)."""
     served = start([sys.executable, "-m", "flows.deploy"], project, env, log)
-    deadline = time.monotonic() + 120
-    while subprocess.run([sys.executable, "-c", DEPLOYED], cwd=project, env=env, capture_output=True).returncode:
-        assert time.monotonic() < deadline and served.poll() is None, log.read_text()[-3000:]
-        time.sleep(1)
+    wait_up(f"{env['PREFECT_API_URL']}/{DEPLOYMENT}", served, log, timeout=120)
     return served
 
 
