@@ -37,6 +37,7 @@ class WritePlan:
     width: int
     rows: torch.Tensor | None = None
     real: torch.Tensor | None = None
+    every_slot: bool = False  # rows are every slot, in order: attention reads the buffer without gathering it
 
 
 class SlotLayer(CacheLayerMixin):
@@ -73,6 +74,8 @@ class SlotLayer(CacheLayerMixin):
         rows, cols = plan.rows[i], plan.positions[i, j]
         self.keys[rows, :, cols] = key_states[i, :, j]
         self.values[rows, :, cols] = value_states[i, :, j]
+        if plan.every_slot:
+            return self.keys[:, :, : plan.width], self.values[:, :, : plan.width]
         return self.keys[plan.rows, :, : plan.width], self.values[plan.rows, :, : plan.width]
 
     def _grow(self, width: int) -> None:

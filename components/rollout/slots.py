@@ -75,13 +75,14 @@ class SlotModel:
         last = lengths - 1
         hidden = None
         step = max(1, self.ec.prefill_tokens // len(rows))
+        every_slot = rows == list(range(self.n))
         for a in range(0, n, step):
             b = min(n, a + step)
             cols = torch.arange(a, b, device=self.device)
             pos = start[:, None] + cols[None, :]  # [rows, b-a]
             width = int((start + lengths.clamp(max=b)).max())
             mask = torch.arange(width, device=self.device)[None, None, :] <= pos[:, :, None]
-            h = self._forward(ids[:, a:b], pos, mask[:, None], WritePlan(pos, width, slot, real[:, a:b]))
+            h = self._forward(ids[:, a:b], pos, mask[:, None], WritePlan(pos, width, slot, real[:, a:b], every_slot))
             if hidden is None:
                 hidden = h.new_zeros(len(rows), h.shape[-1])
             here = torch.nonzero((last >= a) & (last < b)).squeeze(-1)
