@@ -403,6 +403,10 @@ class WarmupConfig(Section):
     )
     rejection_steps: int = Field(default=8, ge=1, description="SFT steps on the kept episodes")
     rejection_lr: float = Field(default=2e-6, gt=0, description="learning rate of the rejection round's SFT")
+    rejection_correct: bool = Field(
+        default=False, description="also keep the wrong episodes whose observations showed a gold answer (not yes/no), "
+        "their answer turn rewritten to that answer (STaR's rationalization)",
+    )  # fmt: skip
 
 
 class ModelConfig(Section):

@@ -5,6 +5,7 @@ answer or passage shows; the SFT on them and its place in the base_model stage's
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import random
 
@@ -17,11 +18,12 @@ from components.agent.tools import SearchTool, validate_arguments
 from components.config import load_config
 from components.data.prepare import load_all, write_passages, write_questions
 from components.data.schema import Passage, Question
-from components.data.yes_no import YES_NO, balance_yes_no
+from components.data.yes_no import YES_NO, balance_yes_no, yes_or_no
 from components.io import write_json
 from components.base_model import cold_start, rejection
 from components.base_model.base_model import warm_up_real
 from components.base_model.source import SOURCE_FILE
+from components.base_model.warmup import mentions
 from components.retrieval.embedded import EmbeddedBackend
 from components.rollout.chat import ChatFormat
 from components.tracking.tracker import NullTracker
@@ -234,22 +236,58 @@ def _saved_tiny(tok, src):
 
 def test_the_rejection_round_learns_each_right_episode_once(shipped, made, tmp_path, monkeypatch):
     """model.warmup.rejection_samples: the right episodes, each distinct one once, are learnt and saved; then a
-    probe measures the result."""
+    probe measures the result. With rejection_correct, the wrong ones that were shown a gold answer too."""
     *_, tok, root = shipped
-    data, _, _ = made
+    data, _, chat = made
     model = _saved_tiny(tok, tmp_path / "pretrained")
     top = "model.layers.0.mlp.down_proj.weight"
     before = model.state_dict()[top].clone()
     # a tiny random model never answers right: the gold-path transcripts (right answers, through the real
     # environment) stand in for its samples, each drawn twice
-    monkeypatch.setattr(rejection, "sample", lambda model, episodes, questions, cfg: [*data, *data])
-    metrics = warm_up_real(_rejection_cfg(root), tmp_path / "pretrained", tmp_path / "base", NullTracker())
-    assert metrics["rejection_episodes"] == 2 * len(data) and metrics["rejection_kept"] == len(data)
-    assert metrics["rejection_sampled_em"] == 1.0 and metrics["rejection_loss"] < metrics["rejection_first_loss"]
+    # and, under rejection_correct, wrong copies of them: those whose gold answer was shown are learnt rewritten
+    wrong = [_answered(t, "Nobody Atall") for t in data]
+    correctable = sum(rejection.corrected(t, chat) is not None for t in wrong)
+    monkeypatch.setattr(rejection, "sample", lambda model, episodes, questions, cfg: [*data, *data, *wrong, *wrong])
+    metrics = warm_up_real(_rejection_cfg(root, rejection_correct=True), tmp_path / "pretrained", tmp_path / "base",
+                           NullTracker())  # fmt: skip
+    assert metrics["rejection_episodes"] == 4 * len(data) and metrics["rejection_corrected"] == correctable > 0
+    assert metrics["rejection_kept"] == len(data) + correctable
+    assert metrics["rejection_sampled_em"] == 0.5 and metrics["rejection_loss"] < metrics["rejection_first_loss"]
     assert 0.0 <= metrics["rejection_probe/em"] <= 1.0 and "rejection_probe/searches" in metrics
     from transformers import AutoModelForCausalLM
 
     assert not torch.equal(before, AutoModelForCausalLM.from_pretrained(tmp_path / "base").state_dict()[top])
+
+
+def _answered(t, answer: str, answers: list[str] | None = None):
+    """A copy of transcript `t` whose episode answered `answer` (the tokens are the transcript's)."""
+    q = t.episode.question if answers is None else dataclasses.replace(t.episode.question, answers=answers)
+    ep = dataclasses.replace(t.episode, question=q, answer=answer)
+    return dataclasses.replace(t, episode=ep, turn_spans=list(t.turn_spans))
+
+
+def test_a_wrong_answer_after_a_shown_gold_answer_is_rewritten_and_nothing_else(made):
+    """model.warmup.rejection_correct: the episode's own turns and observations stay; its last turn becomes the
+    gold answer shown in an observation, learnt like a model turn."""
+    data, _, chat = made
+    rewritten = 0
+    for t in data:
+        gold = t.episode.answer
+        fixed = rejection.corrected(_answered(t, "Nobody Atall"), chat)
+        if yes_or_no(gold) or not mentions(t.episode.shown, [gold]):
+            assert fixed is None  # a yes/no answer would teach a label, not reading; an unshown one, a guess
+            continue
+        start = t.turn_spans[-1][0]
+        assert fixed.input_ids[:start] == t.input_ids[:start] and fixed.action_mask[:start] == t.action_mask[:start]
+        assert fixed.turn_spans[:-1] == t.turn_spans[:-1] and fixed.turn_spans[-1] == (start, len(fixed.input_ids))
+        answer = parse_turn(chat.decode_turn(fixed.input_ids[start:]))
+        assert isinstance(answer, Answer) and answer.text in t.episode.question.answers
+        assert fixed.action_mask[start:] == [1] * (len(fixed.input_ids) - start)
+        assert fixed.input_ids[-1] == chat.eos_id and len(fixed.rewards) == len(fixed.logprobs) == len(fixed.input_ids)
+        rewritten += 1
+        assert rejection.corrected(t, chat) is None  # right already
+        assert rejection.corrected(_answered(t, "Nobody Atall", ["Zyxxa Quorble"]), chat) is None  # never shown
+    assert rewritten >= 10
 
 
 def test_a_rejection_round_with_no_right_episode_stops_naming_the_key(shipped, tmp_path):

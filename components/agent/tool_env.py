@@ -51,12 +51,17 @@ class Episode:
         return len(gold & self.seen_ids) / len(gold) if gold else None
 
     @property
-    def answer_seen(self) -> float:
-        """1 when a gold answer appears (as whole words) in the results the episode was shown (not in the question
-        that `agent.observation_question` repeats below them)."""
+    def shown(self) -> str:
+        """The results the episode was shown, without the question that `agent.observation_question` repeats below
+        them."""
         shown = [self.first_search or ""] + [text for role, text in self.log if role == "tool"]
         note = question_note(self.question.question)
-        return sub_exact_match(" ".join(s.removesuffix(note) for s in shown), self.question.answers)
+        return " ".join(s.removesuffix(note) for s in shown)
+
+    @property
+    def answer_seen(self) -> float:
+        """1 when a gold answer appears (as whole words) in the results the episode was shown."""
+        return sub_exact_match(self.shown, self.question.answers)
 
     @property
     def total_reward(self) -> float:
