@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from components import artifacts
-from components.agent.parser import Answer, ToolCall, parse_turn
+from components.agent.parser import Answer, ToolCall, answer_text, parse_turn
 from components.agent.tools import SearchTool, validate_arguments
 from components.config import load_config
 from components.data.prepare import load_all, write_passages, write_questions
@@ -243,27 +243,36 @@ def test_the_rejection_round_learns_each_right_episode_once(shipped, made, tmp_p
     top = "model.layers.0.mlp.down_proj.weight"
     before = model.state_dict()[top].clone()
     # a tiny random model never answers right: the gold-path transcripts (right answers, through the real
-    # environment) stand in for its samples, each drawn twice
-    # and, under rejection_correct, wrong copies of them: those whose gold answer was shown are learnt rewritten
-    wrong = [_answered(t, "Nobody Atall") for t in data]
-    correctable = sum(rejection.corrected(t, chat) is not None for t in wrong)
-    monkeypatch.setattr(rejection, "sample", lambda model, episodes, questions, cfg: [*data, *data, *wrong, *wrong])
+    # environment) stand in for its samples: half of them, each drawn twice
+    # and, under rejection_correct, a wrong answer to each: rewritten, it is its transcript again, so those of the
+    # right half add nothing and those of the other half whose gold answer was shown are learnt, once each
+    right, rest = data[: len(data) // 2], data[len(data) // 2 :]
+    wrong = [_answered(t, "Nobody Atall", chat) for t in data]
+    fixed = [rejection.corrected(w, chat) for w in wrong]
+    assert all(f is None or f.input_ids == t.input_ids for f, t in zip(fixed, data))
+    correctable = sum(f is not None for f in fixed[len(right) :])
+    sampled = [*right, *right, *wrong, *wrong]
+    monkeypatch.setattr(rejection, "sample", lambda model, episodes, questions, cfg: sampled)
     metrics = warm_up_real(_rejection_cfg(root, rejection_correct=True), tmp_path / "pretrained", tmp_path / "base",
                            NullTracker())  # fmt: skip
-    assert metrics["rejection_episodes"] == 4 * len(data) and metrics["rejection_corrected"] == correctable > 0
-    assert metrics["rejection_kept"] == len(data) + correctable
-    assert metrics["rejection_sampled_em"] == 0.5 and metrics["rejection_loss"] < metrics["rejection_first_loss"]
+    assert metrics["rejection_episodes"] == len(sampled) and metrics["rejection_corrected"] == correctable > 0
+    assert metrics["rejection_kept"] == len(right) + correctable
+    assert metrics["rejection_sampled_em"] == 2 * len(right) / len(sampled)
+    assert metrics["rejection_loss"] < metrics["rejection_first_loss"]
     assert 0.0 <= metrics["rejection_probe/em"] <= 1.0 and "rejection_probe/searches" in metrics
     from transformers import AutoModelForCausalLM
 
     assert not torch.equal(before, AutoModelForCausalLM.from_pretrained(tmp_path / "base").state_dict()[top])
 
 
-def _answered(t, answer: str, answers: list[str] | None = None):
-    """A copy of transcript `t` whose episode answered `answer` (the tokens are the transcript's)."""
+def _answered(t, answer: str, chat, answers: list[str] | None = None):
+    """A copy of transcript `t` whose last turn answered `answer` instead."""
     q = t.episode.question if answers is None else dataclasses.replace(t.episode.question, answers=answers)
     ep = dataclasses.replace(t.episode, question=q, answer=answer)
-    return dataclasses.replace(t, episode=ep, turn_spans=list(t.turn_spans))
+    start, turn = t.turn_spans[-1][0], chat.encode(answer_text(answer)) + [chat.eos_id]
+    return dataclasses.replace(t, episode=ep, input_ids=t.input_ids[:start] + turn,
+                               action_mask=t.action_mask[:start] + [1] * len(turn), rewards=[0.0] * (start + len(turn)),
+                               logprobs=[0.0] * (start + len(turn)), turn_spans=[*t.turn_spans[:-1], (start, start + len(turn))])  # fmt: skip
 
 
 def test_a_wrong_answer_after_a_shown_gold_answer_is_rewritten_and_nothing_else(made):
@@ -273,7 +282,7 @@ def test_a_wrong_answer_after_a_shown_gold_answer_is_rewritten_and_nothing_else(
     rewritten = 0
     for t in data:
         gold = t.episode.answer
-        fixed = rejection.corrected(_answered(t, "Nobody Atall"), chat)
+        fixed = rejection.corrected(_answered(t, "Nobody Atall", chat), chat)
         if yes_or_no(gold) or not mentions(t.episode.shown, [gold]):
             assert fixed is None  # a yes/no answer would teach a label, not reading; an unshown one, a guess
             continue
@@ -286,7 +295,7 @@ def test_a_wrong_answer_after_a_shown_gold_answer_is_rewritten_and_nothing_else(
         assert fixed.input_ids[-1] == chat.eos_id and len(fixed.rewards) == len(fixed.logprobs) == len(fixed.input_ids)
         rewritten += 1
         assert rejection.corrected(t, chat) is None  # right already
-        assert rejection.corrected(_answered(t, "Nobody Atall", ["Zyxxa Quorble"]), chat) is None  # never shown
+        assert rejection.corrected(_answered(t, "Nobody Atall", chat, ["Zyxxa Quorble"]), chat) is None  # never shown
     assert rewritten >= 10
 
 

@@ -73,7 +73,7 @@ def run(model, sampler, episodes: EpisodeSetup, questions: Sequence[Question], c
     trajs = sample(sampler, episodes, questions, cfg)
     right = keep_right(trajs)
     fixed = [corrected(t, episodes.chat) for t in trajs] if wc.rejection_correct else []
-    data = right + distinct([t for t in fixed if t is not None])
+    data = distinct(right + [t for t in fixed if t is not None])  # a rewritten episode equal to a right one: once
     if not data:
         raise ValueError(f"model.warmup.rejection_samples: none of {len(trajs)} episodes on {len(questions)} train "
                          "questions answered right; nothing to fine-tune on")  # fmt: skip
