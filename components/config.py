@@ -582,6 +582,11 @@ class TrainConfig(Section):
     entropy_floor_coef: float = Field(default=0.01, ge=0, description="entropy bonus added below entropy_floor")
     kl_coef: float = Field(default=0.0, ge=0, description="KL-to-reference loss weight; 0 disables the reference")
     kl_penalty: Literal["kl", "low_var_kl", "mse", "k1", "k2", "k3", "abs"] = "low_var_kl"
+    kl_on: Literal["all", "wrong"] = Field(
+        default="all", description="the episodes the KL to the reference covers: all, or only those whose answer is "
+        "wrong (DGPO's selective KL: the policy RL starts from, the base agent, is the teacher a wrong episode is "
+        "pulled back to; a right one is free to move)",
+    )  # fmt: skip
     temperature: float = Field(default=1.0, gt=0)
     mask: MaskConfig = MaskConfig()
     curriculum: CurriculumConfig = CurriculumConfig()
@@ -601,6 +606,9 @@ class TrainConfig(Section):
     def _groups(self) -> TrainConfig:
         if self.keep == "best" and not self.eval_every:
             raise ValueError("train.keep=best needs dev evaluations to choose from: set train.eval_every above 0")
+        if self.kl_on == "wrong" and not self.kl_coef:
+            raise ValueError("train.kl_on=wrong gates the KL to the reference, which train.kl_coef=0 turns off: set "
+                             "train.kl_coef above 0")  # fmt: skip
         if self.algorithm in GROUPED and self.group_size < 2:
             raise ValueError(f"train.group_size must be at least 2 for train.algorithm={self.algorithm} (its baseline "
                              f"is the other episodes of a question's group; with 1 every advantage is 0)")  # fmt: skip
@@ -693,7 +701,8 @@ class Config(Section):
                             ("train.entropy_floor", self.train.entropy_floor is not None),
                             ("train.max_minutes", self.train.max_minutes is not None),
                             ("train.curriculum.steps", self.train.curriculum.steps > 0),
-                            ("train.keep", self.train.keep == "best")):  # fmt: skip
+                            ("train.keep", self.train.keep == "best"),
+                            ("train.kl_on", self.train.kl_on == "wrong")):  # fmt: skip
                 if on:
                     raise ValueError(f"{key} is a local-trainer knob: train.backend=verl does not implement it")
         return self

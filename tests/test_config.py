@@ -139,6 +139,7 @@ BAD_VALUES = [
     ("serving.max_question_chars", "0"), ("serving.max_questions", "-1"), ("serving.batch_size", "0"),
     ("serving.max_concurrent", "1.5"), ("serving.unknown_words", "0"), ("serving.unknown_words", "1.5"),
     ("agent.reward.answer_metric", "recall"), ("train.entropy_floor", "-0.1"), ("model.warmup.min_answered", "1.5"),
+    ("train.kl_on", "wrong"),  # with train.kl_coef 0 there is no KL to gate
 ]  # fmt: skip
 
 
@@ -180,6 +181,12 @@ def test_a_huge_bad_value_is_cut_in_the_message(repo_root):
 def test_local_trainer_knobs_are_refused_for_verl(repo_root, key, value):
     with pytest.raises(ConfigError, match=f"{key} is a local-trainer knob"):
         load_config(repo_root / "params.yaml", {"train.backend": "verl", key: value})
+
+
+def test_the_selective_kl_is_refused_for_verl(repo_root):
+    with pytest.raises(ConfigError, match="train.kl_on is a local-trainer knob"):
+        load_config(repo_root / "params.yaml", {"train.backend": "verl", "train.kl_coef": 0.1, "train.kl_on": "wrong"})
+    assert load_config(repo_root / "params.yaml", {"train.kl_coef": 0.1, "train.kl_on": "wrong"}).train.kl_on == "wrong"
 
 
 @pytest.mark.parametrize("old,new", [("model.warmup_steps", "model.warmup.steps"),

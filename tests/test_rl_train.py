@@ -222,6 +222,41 @@ def test_the_update_takes_the_gradient_step_of_verls_losses_over_the_whole_batch
     assert any(torch.count_nonzero(g) for g in grads if g is not None)  # the step moved the weights
 
 
+def test_the_selective_kl_pulls_only_wrong_episodes_to_the_reference(prepared, tmp_path):
+    """train.kl_on=wrong (DGPO): an update where every episode is right takes the step it takes with no reference;
+    one where every episode is wrong takes the step of the KL on every episode; half and half lies apart from both."""
+    art = fresh(prepared, tmp_path)
+
+    def step(right: list[float], **over) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        cfg = parse_config(small_raw(art, steps=1, eval_every=0, micro_batch_size=2,
+                                     max_grad_norm=1e9, algorithm="grpo", **over))  # fmt: skip
+        torch.manual_seed(0)
+        trainer = train.build_trainer(cfg)
+        sgd(trainer)
+        batch = signal_batch(trainer, cfg)
+        batch.right = torch.tensor((right * len(batch))[: len(batch)])
+        ref = copy.deepcopy(trainer.policy).requires_grad_(False)  # a reference apart from the policy: KL > 0
+        with torch.no_grad():
+            for q in ref.parameters():
+                q.add_(torch.randn(q.shape, generator=torch.Generator().manual_seed(q.numel())) * 0.05)
+        out = rl_update.update(dataclasses.replace(trainer.learner, ref=ref if cfg.train.kl_coef else None), batch,
+                               cfg.train, trainer.amp)  # fmt: skip
+        assert out["grad_norm"] > 0
+        return {k: v.clone() for k, v in trainer.policy.state_dict().items()}, out
+
+    plain, _ = step([1.0])
+    all_right, out = step([1.0], kl_coef=1.0, kl_on="wrong")
+    assert out["kl_ref"] == 0
+    all_wrong, out_wrong = step([0.0], kl_coef=1.0, kl_on="wrong")
+    everywhere, out_all = step([1.0], kl_coef=1.0, kl_on="all")
+    half, out_half = step([1.0, 0.0], kl_coef=1.0, kl_on="wrong")
+    assert out_wrong["kl_ref"] == pytest.approx(out_all["kl_ref"], rel=1e-6) and out_wrong["kl_ref"] > 0
+    assert 0 < out_half["kl_ref"] < out_all["kl_ref"]
+    moved = lambda a, b: max(float((a[k] - b[k]).abs().max()) for k in a)  # noqa: E731
+    assert moved(all_right, plain) < 1e-6 and moved(all_wrong, everywhere) < 1e-6
+    assert moved(everywhere, plain) > 1e-4 and moved(half, plain) > 1e-4 and moved(half, everywhere) > 1e-4
+
+
 def test_a_step_keeps_its_entropy_bonus_to_itself(prepared, tmp_path):
     """train.entropy_floor raises the bonus of a step whose sampling entropy is below it; the trainer's config stays."""
     cfg = parse_config(small_raw(fresh(prepared, tmp_path), steps=1, eval_every=0, entropy_coef=0.001,

@@ -20,6 +20,7 @@ class Batch:
     response_mask: torch.Tensor  # (B, R) 1 on every real response token, env-inserted ones included
     token_rewards: torch.Tensor  # (B, R) process rewards on call-closing tokens, outcome on the last action
     index: np.ndarray  # (B,) question id: the group of each rollout
+    right: torch.Tensor  # (B,) 1 where the episode's answer is right (EM), else 0
     prompt_width: int  # P
     hidden: torch.Tensor | None = None  # (B, P+R, H): the input of decoder layer `hidden_layer`, kept by the rollout
     hidden_layer: int = 0
@@ -98,6 +99,7 @@ def collate(trajs: Sequence[Trajectory], pad_id: int, hidden_layer: int | None =
         response_mask=attn[:, P:].float(),
         token_rewards=rewards,
         index=np.array([t.episode.question.id for t in trajs], dtype=object),
+        right=torch.tensor([t.episode.em for t in trajs], dtype=torch.float32),
         prompt_width=P,
         hidden=hidden,
         hidden_layer=hidden_layer or 0,

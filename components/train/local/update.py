@@ -98,8 +98,9 @@ def update(learner: Learner, batch: Batch, tc: TrainConfig,
             loss = pg_loss
             if tc.entropy_coef:
                 loss = loss - tc.entropy_coef * aggregate(entropy)
-            if ref is not None:
-                kl = aggregate(core_algos.kl_penalty(logp, ref_logp, tc.kl_penalty))
+            if ref is not None:  # train.kl_on=wrong: only the episodes whose answer is wrong (DGPO)
+                on = 1 - b.right[:, None] if tc.kl_on == "wrong" else 1
+                kl = aggregate(core_algos.kl_penalty(logp, ref_logp, tc.kl_penalty) * on)
                 loss = loss + tc.kl_coef * kl
                 sums["kl_ref"] += float(kl.detach())
             if critic is not None:
