@@ -156,6 +156,15 @@ def test_episodes_without_advantage_are_skipped_and_the_update_is_unchanged(prep
         assert torch.allclose(after[k], reference[k], atol=1e-6), (k, float((after[k] - reference[k]).abs().max()))
 
 
+def moved_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of `model` with seeded noise on every weight: a reference whose KL to the model is not 0."""
+    out = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in out.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+    return out
+
+
 def verl_loss(trainer: train.Trainer, ref, batch, tc):
     """The step's loss over the whole batch in one piece, from verl's functions alone: the vanilla policy loss
     (at ratio 1: the behaviour policy is the policy), entropy bonus, KL penalty to `ref`, value loss; and its terms."""
@@ -201,10 +210,7 @@ def test_the_update_takes_the_gradient_step_of_verls_losses_over_the_whole_batch
     batch = signal_batch(trainer, cfg)
     ref = None
     if cfg.train.kl_coef:  # a reference apart from the policy, so that the KL term is not 0
-        ref = copy.deepcopy(trainer.ref)
-        with torch.no_grad():
-            for p in ref.parameters():
-                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+        ref = moved_copy(trainer.ref)
     params = [p for m in (trainer.policy, trainer.critic) if m is not None for p in m.parameters() if p.requires_grad]
     loss, want = verl_loss(trainer, ref, batch, cfg.train)
     grads = torch.autograd.grad(loss, params, allow_unused=True)
@@ -235,10 +241,7 @@ def test_the_selective_kl_pulls_only_wrong_episodes_to_the_reference(prepared, t
         sgd(trainer)
         batch = signal_batch(trainer, cfg)
         batch.right = torch.tensor((right * len(batch))[: len(batch)])
-        ref = copy.deepcopy(trainer.policy).requires_grad_(False)  # a reference apart from the policy: KL > 0
-        with torch.no_grad():
-            for q in ref.parameters():
-                q.add_(torch.randn(q.shape, generator=torch.Generator().manual_seed(q.numel())) * 0.05)
+        ref = moved_copy(trainer.policy).requires_grad_(False)  # a reference apart from the policy: KL > 0
         out = rl_update.update(dataclasses.replace(trainer.learner, ref=ref if cfg.train.kl_coef else None), batch,
                                cfg.train, trainer.amp)  # fmt: skip
         assert out["grad_norm"] > 0
