@@ -4,6 +4,7 @@ and passages that try to inject actions or turns (a poisoned corpus)."""
 import pytest
 
 from components.agent.tool_env import ToolEnv
+from tests.toy import replayed_reward
 from components.agent.observation import escape
 from components.agent.parser import Answer, Malformed, ToolCall, parse_turn
 from components.agent.tools import SearchTool, tool_schema, validate_arguments
@@ -68,7 +69,7 @@ def test_episode_rewards_and_end(backend):
 
 def test_call_bonuses_need_an_answer_when_asked(backend):
     """bonus_gate answer: an episode that runs out of turns keeps its penalties but gives its bonuses back, so
-    searching without answering earns nothing; an answered one keeps them. rescore replays the same totals."""
+    searching without answering earns nothing; an answered one keeps them. replaying the calls gives the same totals."""
     w = dict(supporting=0.5, new_info=0.1, invalid_call=0.2)
     env = make_env(backend, bonus_gate="answer", **w)
     eps = [env.reset(Q) for _ in range(2)]
@@ -80,13 +81,13 @@ def test_call_bonuses_need_an_answer_when_asked(backend):
     assert lost.total_reward == pytest.approx(-0.2)
     assert won.total_reward == pytest.approx(0.6 + 1.0)
     for ep in eps:
-        assert ep.rescore(env.cfg.reward) == pytest.approx(ep.total_reward)
-    assert lost.rescore(RewardConfig(**w)) == pytest.approx(0.6 - 0.2 + 0.6)  # the gate off: bonuses stay
+        assert replayed_reward(ep, env.cfg.reward) == pytest.approx(ep.total_reward)
+    assert replayed_reward(lost, RewardConfig(**w)) == pytest.approx(0.6 - 0.2 + 0.6)  # the gate off: bonuses stay
 
 
 def test_call_bonuses_need_a_right_answer_when_asked(backend):
     """bonus_gate right_answer: a wrong answer gives its bonuses back as a missing one does; a right one keeps
-    them. Penalties always count, and rescore replays the same totals."""
+    them. Penalties always count, and replaying the calls gives the same totals."""
     w = dict(supporting=0.5, new_info=0.1, invalid_call=0.2)
     env = make_env(backend, bonus_gate="right_answer", **w)
     eps = [env.reset(Q) for _ in range(3)]
@@ -98,8 +99,8 @@ def test_call_bonuses_need_a_right_answer_when_asked(backend):
     assert wrong.total_reward == pytest.approx(0.0) and wrong.em == 0.0
     assert right.total_reward == pytest.approx(0.6 + 1.0)
     for ep in eps:
-        assert ep.rescore(env.cfg.reward) == pytest.approx(ep.total_reward)
-    assert wrong.rescore(RewardConfig(**w)) == pytest.approx(0.6)  # the gate off: a wrong answer keeps them
+        assert replayed_reward(ep, env.cfg.reward) == pytest.approx(ep.total_reward)
+    assert replayed_reward(wrong, RewardConfig(**w)) == pytest.approx(0.6)  # the gate off: a wrong answer keeps them
 
 
 def test_support_recall_and_answer_seen_follow_the_searches(backend):

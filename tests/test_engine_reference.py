@@ -16,7 +16,7 @@ from components.retrieval.embedded import EmbeddedBackend
 from components.rollout.chat import ChatFormat
 from components.rollout.engine import RolloutStats, rollout
 from components.rollout.episode_setup import make_env
-from components.rollout.reference import reference_rollout
+from tests.reference_rollout import reference_rollout
 from components.rollout.slots import SlotModel
 
 PRIMED = Path(__file__).parent / "fixtures" / "primed"

@@ -26,7 +26,7 @@ from components.rollout.chat import ChatFormat
 from components.rollout.engine import rollout
 from components.rollout.episode_setup import make_env
 from components.evaluation.agent_eval import evaluate_agent, summarize
-from components.rollout.reference import reference_rollout
+from tests.reference_rollout import reference_rollout
 from tests.conftest import ROOT as repo_root
 from tests.terminal import in_pty, terminal_env
 

@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from tests.toy import make_toy
+from tests.toy import make_toy, replayed_reward
 from components.rollout.engine import RolloutStats, rollout
 
 
@@ -124,10 +124,10 @@ def test_forced_first_search_is_prompt_with_mask_zero(toy):
         rollout(toy.model, toy.chat, toy.env(agent), qs[:1], agent)
 
 
-def test_rescore_replays_the_episode_rewards(trajs, toy):
-    """Episode.rescore under the weights the episode ran with gives its total reward back."""
+def test_replaying_an_episode_gives_its_rewards(trajs, toy):
+    """Replaying its calls and answer under the weights the episode ran with gives its total reward back."""
     for t in trajs:
-        assert t.episode.rescore(toy.agent.reward) == pytest.approx(t.episode.total_reward)
+        assert replayed_reward(t.episode, toy.agent.reward) == pytest.approx(t.episode.total_reward)
         assert sum(t.rewards) == pytest.approx(t.episode.total_reward)
 
 

@@ -57,3 +57,16 @@ def small_raw(art: Path, **train_over) -> dict:
         "train": {"steps": 4, "questions_per_step": 2, "group_size": 3, "micro_batch_size": 4, "eval_every": 2,
                   "eval_questions": 4, "checkpoint_every": 2, "log_trajectories_every": 2, **train_over},
     }  # fmt: skip
+
+
+def replayed_reward(ep, w) -> float:
+    """The total reward an episode would earn under weights `w`, replayed from its recorded answer and calls with the
+    reward functions alone: a check of the environment's bookkeeping."""
+    from components.agent.rewards import outcome_reward, process_reward, unearned_bonus
+
+    seen, rewards = set(ep.first_ids), []
+    for valid, ids in ep.calls:
+        rewards.append(process_reward(valid, ids, seen, ep.question.supporting_ids, w))
+        seen.update(ids)
+    outcome = outcome_reward(ep.answer, ep.question.answers, w)
+    return sum(rewards) + outcome - unearned_bonus(rewards, ep.answer, ep.question.answers, w)

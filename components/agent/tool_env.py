@@ -14,7 +14,7 @@ from components.agent.observation import error_observation, question_note, shown
 from components.agent.parser import Action, Answer, Malformed, ToolCall, parse_turn
 from components.agent.rewards import exact_match, f1, outcome_reward, process_reward, sub_exact_match, unearned_bonus
 from components.agent.tools import Tool, ToolResult, validate_arguments
-from components.config import AgentConfig, RewardConfig
+from components.config import AgentConfig
 from components.data.schema import Question
 
 
@@ -66,15 +66,6 @@ class Episode:
     @property
     def total_reward(self) -> float:
         return self.outcome + sum(self.process_rewards)
-
-    def rescore(self, w: RewardConfig) -> float:
-        """The total reward this episode would have earned under weights `w` (its answer and calls replayed)."""
-        seen, rewards = set(self.first_ids), []
-        for valid, ids in self.calls:
-            rewards.append(process_reward(valid, ids, seen, self.question.supporting_ids, w))
-            seen.update(ids)
-        outcome = outcome_reward(self.answer, self.question.answers, w)
-        return sum(rewards) + outcome - unearned_bonus(rewards, self.answer, self.question.answers, w)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The reference rollout: one episode at a time, one transformers `generate` per turn, greedy. Slow and plain;
+"""The reference rollout (a test oracle): one episode at a time, one transformers `generate` per turn, greedy. Slow and plain;
 the engine (rollout/engine.py) must give the same episodes (tests/test_engine_reference.py)."""
 
 from __future__ import annotations
