@@ -392,6 +392,11 @@ class WarmupConfig(Section):
         "shown yet; all: every hop by name, also one the forced first search already showed (the question's own "
         "query is never run twice)",
     )  # fmt: skip
+    cold_start_answer_first_read: bool = Field(
+        default=False, description="a transcript whose forced first read already shows a gold answer (not yes/no, not "
+        "in the question) answers it at once, with no search of its own: the agent learns to read the first "
+        "observation, not only the last",
+    )  # fmt: skip
     cold_start_balance_yes_no: bool = Field(
         default=False, description="keep as many yes as no transcripts (a random subset of the larger side): 2Wiki's "
         "train answers are 102 no to 28 yes, and a cold start on them answers no to every yes/no question",

@@ -331,3 +331,31 @@ def _tiny_model(tok):
     config = Qwen2Config(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096)  # fmt: skip
     return Qwen2ForCausalLM(config)
+
+
+def test_a_transcript_whose_first_read_shows_the_answer_answers_at_once(shipped):
+    """model.warmup.cold_start_answer_first_read: a transcript answers in its first turn exactly when the forced first
+    read shows a gold answer that is not yes/no and not in the question; the others walk the path as before."""
+    _, train, held, passages, backend, tok, root = shipped
+    made = {}
+    for flag in (False, True):
+        cfg = _config(root, {"agent.force_first_search": True, "model.warmup.cold_start_hops": "all",
+                             "model.warmup.cold_start_answer_first_read": flag})  # fmt: skip
+        chat = ChatFormat.for_agent(tok, cfg.agent)
+        backend.reseed(0, 1)
+        data, _ = cold_start.transcripts(train, backend, chat, cfg, passages, cold_start.held_out_passages(held))
+        made[flag] = {t.episode.question.id: t for t in data}
+    at_once = [t for t in made[True].values() if t.episode.n_calls == 0]
+    assert at_once, "no train question's first read shows its answer"
+    for t in made[True].values():
+        q, ep = t.episode.question, t.episode
+        shown = cold_start.first_read_answer(q, ep.first_search)
+        assert (ep.n_calls == 0) == (shown is not None), q.id
+        if shown is not None:
+            assert ep.answer == shown and not yes_or_no(shown) and shown in ep.first_search
+            assert len(t.turn_spans) == 1 and sum(t.action_mask) == t.turn_spans[0][1] - t.turn_spans[0][0]
+        else:  # the gold path, every hop by name, as without the flag
+            run = [parse_turn(chat.decode_turn(t.input_ids[s:e])).arguments["query"] for s, e in t.turn_spans[:-1]]
+            assert run == [query for query, _ in cold_start.gold_path(q, passages) if query != q.question], q.id
+    assert len(made[True]) >= len(made[False])  # answering at once is one more honest way to end
+    assert cold_start.first_read_answer(train[0], None) is None

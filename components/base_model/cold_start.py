@@ -16,6 +16,9 @@ A transcript is kept only when it is honest:
 - no observation shows a held-out passage (one supporting a question of another split than train);
 - its searches fit agent.max_turns - 1 and all of it fits agent.max_total_tokens.
 
+With `model.warmup.cold_start_answer_first_read` a transcript whose forced first read already shows a gold answer
+(not yes/no, not named in the question) answers at once, as naive RAG does, instead of walking the path.
+
 With `model.warmup.cold_start_balance_yes_no` as many transcripts answer "yes" as "no" (2Wiki's train split answers
 "no" 102 times to 28 "yes"), so that the cold start teaches no answer to a comparison before reading.
 
@@ -91,6 +94,12 @@ def shown_answer(q: Question, known: str) -> str | None:
     return next((a for a in q.answers if yes_or_no(a) or mentions(known, [a])), None)
 
 
+def first_read_answer(q: Question, first_read: str | None) -> str | None:
+    """A gold answer the forced first read shows that is neither yes/no nor named in the question itself."""
+    return next((a for a in q.answers if first_read and not yes_or_no(a) and not mentions(q.question, [a])
+                 and mentions(first_read, [a])), None)  # fmt: skip
+
+
 # --- transcripts ---------------------------------------------------------------------------------------------
 
 
@@ -138,7 +147,8 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
             d.reason = "held_out_shown"
         drafts.append(d)
     while todo := [d for d in drafts if d.reason is None and not d.traj.episode.done]:
-        playing = [d for d in todo if _next_turn(d, agent.max_turns, cfg.model.warmup.cold_start_hops == "all")]
+        wc = cfg.model.warmup
+        playing = [d for d in todo if _next_turn(d, agent.max_turns, wc.cold_start_hops == "all", wc.cold_start_answer_first_read)]
         if not playing:
             break
         results = env.step([d.traj.episode for d in playing], [d.text for d in playing])
@@ -170,10 +180,13 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
     return out, drops
 
 
-def _next_turn(d: _Draft, max_turns: int, every_hop: bool) -> bool:
+def _next_turn(d: _Draft, max_turns: int, every_hop: bool, answer_first_read: bool = False) -> bool:
     """Set the draft's next turn: the next hop not yet shown (`every_hop`: not yet searched), else the answer; False
-    (with a reason) if none is honest."""
+    (with a reason) if none is honest. `answer_first_read`: the first turn answers when the first read shows it."""
     ep, known = d.traj.episode, d.known()
+    if answer_first_read and ep.turns == 0 and (answer := first_read_answer(ep.question, ep.first_search)):
+        d.text = answer_text(answer)
+        return True
     while d.hop < len(d.path) and d.path[d.hop][1] in ep.seen_ids and (not every_hop or d.path[d.hop][0] in d.searched):
         d.hop += 1  # an earlier search showed this hop's passage already (under every_hop: that hop's own query)
     if d.hop < len(d.path):
