@@ -11,7 +11,7 @@ from components.agent.tool_env import ToolEnv
 from components.config import AgentConfig
 from components.data.schema import Question
 from components.rollout.chat import ChatFormat
-from components.rollout.episodes import record_turn
+from components.rollout.episodes import record_turn, start_trajectories
 from components.rollout.trajectory import Trajectory
 
 
@@ -24,11 +24,7 @@ def reference_rollout(model, chat: ChatFormat, env: ToolEnv, questions: Sequence
     device = next(model.parameters()).device
     prefill_ids = chat.encode(prefill) if prefill else []
     out = []
-    for n, q in enumerate(questions):
-        prompt = list(prompts[n]) if prompts is not None else chat.prompt_ids(q.question)
-        t = Trajectory(env.reset(q), prompt_len=len(prompt))
-        t.add(prompt, is_action=False)
-        t.add(prefill_ids, is_action=False)
+    for t in start_trajectories(chat, env, questions, prompts, prefill):  # the engine's own episode start
         while True:
             budget = max(1, min(cfg.max_tokens_per_turn, cfg.max_total_tokens - len(t.input_ids)))
             ids = torch.tensor([t.input_ids], device=device)

@@ -146,9 +146,10 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
         if held_out & set(d.traj.episode.first_ids):  # the environment's own first search (force_first_search)
             d.reason = "held_out_shown"
         drafts.append(d)
+    wc = cfg.model.warmup
+    every_hop = wc.cold_start_hops == "all"
     while todo := [d for d in drafts if d.reason is None and not d.traj.episode.done]:
-        wc = cfg.model.warmup
-        playing = [d for d in todo if _next_turn(d, agent.max_turns, wc.cold_start_hops == "all", wc.cold_start_answer_first_read)]
+        playing = [d for d in todo if _next_turn(d, agent.max_turns, every_hop, wc.cold_start_answer_first_read)]
         if not playing:
             break
         results = env.step([d.traj.episode for d in playing], [d.text for d in playing])
@@ -180,7 +181,7 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
     return out, drops
 
 
-def _next_turn(d: _Draft, max_turns: int, every_hop: bool, answer_first_read: bool = False) -> bool:
+def _next_turn(d: _Draft, max_turns: int, every_hop: bool, answer_first_read: bool) -> bool:
     """Set the draft's next turn: the next hop not yet shown (`every_hop`: not yet searched), else the answer; False
     (with a reason) if none is honest. `answer_first_read`: the first turn answers when the first read shows it."""
     ep, known = d.traj.episode, d.known()
