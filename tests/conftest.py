@@ -22,7 +22,7 @@ gc.disable()  # collection imports the whole stack; collecting meanwhile frees n
 
 _es_fixtures = ROOT / "tests" / "es_fixtures.py"
 pytest_plugins = (["tests.es_fixtures"] if _es_fixtures.exists() else []) + [
-    "tests.browser", "tests.verl_fixtures", "tests.evaluated_project", "tests.built_project"]
+    "tests.browser", "tests.verl_fixtures", "tests.evaluated_project", "tests.built_project", "tests.timeline"]
 
 
 @pytest.fixture
