@@ -25,17 +25,18 @@ def test_waiting():
 def test_each_test_gets_its_wall_time_and_the_cpu_of_the_children_it_waited_for(tmp_path):
     (tmp_path / "test_sample.py").write_text(BUSY_AND_WAITING)
     log = tmp_path / "timeline.jsonl"
-    env = {**os.environ, ENV: str(log), "PYTHONPATH": str(ROOT)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # this run is not a worker
+    env.update({ENV: str(log), "PYTHONPATH": str(ROOT)})
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.timeline", "-p", "no:cacheprovider",
                           str(tmp_path / "test_sample.py")], cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     rows = {r["test"].split("::")[1]: r for r in map(json.loads, log.read_text().splitlines())}
-    assert set(rows) == {"test_busy", "test_waiting"}
+    assert set(rows) == {"test_busy", "test_waiting"} and {r["worker"] for r in rows.values()} == {"main"}
     busy, waiting = rows["test_busy"], rows["test_waiting"]
     assert busy["cpu_s"] > 0.1 and busy["cpu_s"] <= busy["end"] - busy["start"] + 0.05  # the child's loop counts
     assert waiting["end"] - waiting["start"] >= 1.5 and waiting["cpu_s"] < 0.5
     text = summary(list(rows.values()))
-    assert "test_sample.py" in text and "main" in text
+    assert "test_sample.py" in text and "\nmain " in text
 
 
 def test_summary_lists_the_tests_that_mostly_wait():
