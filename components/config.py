@@ -392,10 +392,10 @@ class WarmupConfig(Section):
         "shown yet; all: every hop by name, also one the forced first search already showed (the question's own "
         "query is never run twice)",
     )  # fmt: skip
-    cold_start_answer_first_read: bool = Field(
-        default=False, description="a transcript whose forced first read already shows a gold answer (not yes/no, not "
-        "in the question) answers it at once, with no search of its own: the agent learns to read the first "
-        "observation, not only the last",
+    cold_start_first_read: Literal["walk", "answer", "read_back"] = Field(
+        default="walk", description="a transcript whose forced first read already shows a gold answer (not yes/no, not "
+        "in the question): walk: the gold path, as any other; answer: answers it at once, with no search of its own; "
+        "read_back: searches the path's other hops by name, not the answer's, and answers from that first read",
     )  # fmt: skip
     cold_start_balance_yes_no: bool = Field(
         default=False, description="keep as many yes as no transcripts (a random subset of the larger side): 2Wiki's "
@@ -753,6 +753,8 @@ RENAMED: dict[str, str] = {
 REMOVED: dict[str, str] = {
     "train.verl.grpo_process_rewards": "process-supervised GRPO is train.algorithm: grpo_process, on either backend",
     "train.balance_yes_no": "RL's yes/no questions are train.yes_no: all, balance or none",
+    "model.warmup.cold_start_answer_first_read": "answering at once from the first read is "
+    "model.warmup.cold_start_first_read: answer",
 }
 
 

@@ -333,18 +333,32 @@ def _tiny_model(tok):
     return Qwen2ForCausalLM(config)
 
 
-def test_a_transcript_whose_first_read_shows_the_answer_answers_at_once(shipped):
-    """model.warmup.cold_start_answer_first_read: a transcript answers in its first turn exactly when the forced first
-    read shows a gold answer that is not yes/no and not in the question; the others walk the path as before."""
+@pytest.fixture(scope="module")
+def first_read(shipped):
+    """The transcripts of the shipped train questions under each model.warmup.cold_start_first_read, with the forced
+    first search and every hop by name; and their chat format."""
     _, train, held, passages, backend, tok, root = shipped
     made = {}
-    for flag in (False, True):
+    for mode in ("walk", "answer", "read_back"):
         cfg = _config(root, {"agent.force_first_search": True, "model.warmup.cold_start_hops": "all",
-                             "model.warmup.cold_start_answer_first_read": flag})  # fmt: skip
+                             "model.warmup.cold_start_first_read": mode})  # fmt: skip
         chat = ChatFormat.for_agent(tok, cfg.agent)
         backend.reseed(0, 1)
         data, _ = cold_start.transcripts(train, backend, chat, cfg, passages, cold_start.held_out_passages(held))
-        made[flag] = {t.episode.question.id: t for t in data}
+        made[mode] = {t.episode.question.id: t for t in data}
+    return made, chat
+
+
+def _queries(t, chat) -> list[str]:
+    return [parse_turn(chat.decode_turn(t.input_ids[s:e])).arguments["query"] for s, e in t.turn_spans[:-1]]
+
+
+def test_a_transcript_whose_first_read_shows_the_answer_answers_at_once(shipped, first_read):
+    """cold_start_first_read: answer: a transcript answers in its first turn exactly when the forced first read shows
+    a gold answer that is not yes/no and not in the question; the others walk the path as before."""
+    passages = shipped[3]
+    made, chat = first_read
+    made = {False: made["walk"], True: made["answer"]}
     at_once = [t for t in made[True].values() if t.episode.n_calls == 0]
     assert at_once, "no train question's first read shows its answer"
     for t in made[True].values():
@@ -355,7 +369,30 @@ def test_a_transcript_whose_first_read_shows_the_answer_answers_at_once(shipped)
             assert ep.answer == shown and not yes_or_no(shown) and shown in ep.first_search
             assert len(t.turn_spans) == 1 and sum(t.action_mask) == t.turn_spans[0][1] - t.turn_spans[0][0]
         else:  # the gold path, every hop by name, as without the flag
-            run = [parse_turn(chat.decode_turn(t.input_ids[s:e])).arguments["query"] for s, e in t.turn_spans[:-1]]
-            assert run == [query for query, _ in cold_start.gold_path(q, passages) if query != q.question], q.id
+            assert _queries(t, chat) == [query for query, _ in cold_start.gold_path(q, passages) if query != q.question], q.id
     assert len(made[True]) >= len(made[False])  # answering at once is one more honest way to end
-    assert cold_start.first_read_answer(train[0], None) is None
+    assert cold_start.first_read_answer(shipped[1][0], None) is None
+
+
+def test_a_transcript_whose_first_read_shows_the_answer_reads_it_back(shipped, first_read):
+    """cold_start_first_read: read_back: where the forced first read shows a gold answer, the transcript searches the
+    path's other hops by name (the question's own hop by its passage's title), not the hop whose passage holds the
+    answer, and answers from what it has read; the others walk the path as before."""
+    passages = shipped[3]
+    made, chat = first_read
+    back = [t for t in made["read_back"].values()
+            if _queries(t, chat) != [query for query, _ in cold_start.gold_path(t.episode.question, passages)
+                                     if query != t.episode.question.question]]  # fmt: skip
+    assert back, "no transcript reads its first read back"
+    for t in made["read_back"].values():
+        q, ep = t.episode.question, t.episode
+        path = cold_start.gold_path(q, passages)
+        walked = cold_start.read_back_path(q, path, ep.first_search, passages)
+        assert _queries(t, chat) == [query for query, _ in walked if query != q.question], q.id
+        assert ep.answer in q.answers
+        if walked != path:  # read back: the answer was in the first read, and no search looked for its passage
+            shown = cold_start.first_read_answer(q, ep.first_search)
+            assert shown is not None and mentions(ep.first_search, [ep.answer]) and ep.n_calls >= 1
+            assert not any(mentions(passages[pid].text, [shown]) for _, pid in walked), q.id
+    last = lambda t: [text for role, text in t.episode.log if role == "tool"][-1]  # noqa: E731
+    assert any(not mentions(last(t), [t.episode.answer]) for t in back)  # the answer is not in the last observation

@@ -237,6 +237,17 @@ def test_the_removed_yes_no_switch_points_to_its_three_way_key(repo_root):
         load_config(repo_root / "params.yaml", {"train.yes_no": "some"})
 
 
+def test_the_removed_first_read_switch_points_to_its_three_way_key(repo_root):
+    with pytest.raises(ConfigError) as err:
+        load_config(repo_root / "params.yaml", {"model.warmup.cold_start_answer_first_read": True})
+    assert ("model.warmup.cold_start_answer_first_read was removed: answering at once from the first read is "
+            "model.warmup.cold_start_first_read: answer") in str(err.value)  # fmt: skip
+    wc = load_config(repo_root / "params.yaml", {"model.warmup.cold_start_first_read": "read_back"}).model.warmup
+    assert wc.cold_start_first_read == "read_back"
+    with pytest.raises(ConfigError, match="model.warmup.cold_start_first_read"):
+        load_config(repo_root / "params.yaml", {"model.warmup.cold_start_first_read": True})
+
+
 def test_a_stored_config_with_the_old_keys_loads_with_them_moved(repo_root):
     """A model registered before the keys moved bundles a config dump with the old keys: serving moves them."""
     from components.config import parse_config, with_new_keys

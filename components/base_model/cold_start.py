@@ -16,8 +16,10 @@ A transcript is kept only when it is honest:
 - no observation shows a held-out passage (one supporting a question of another split than train);
 - its searches fit agent.max_turns - 1 and all of it fits agent.max_total_tokens.
 
-With `model.warmup.cold_start_answer_first_read` a transcript whose forced first read already shows a gold answer
-(not yes/no, not named in the question) answers at once, as naive RAG does, instead of walking the path.
+`model.warmup.cold_start_first_read` says what a transcript does when the forced first read already shows a gold
+answer (not yes/no, not named in the question): walk the path as any other, answer at once as naive RAG does, or
+read it back: search the path's other hops by name, not the answer's, then answer from that first read, so that the
+answer is not always in the last observation.
 
 With `model.warmup.cold_start_balance_yes_no` as many transcripts answer "yes" as "no" (2Wiki's train split answers
 "no" 102 times to 28 "yes"), so that the cold start teaches no answer to a comparison before reading.
@@ -137,6 +139,7 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
     qs = [q for q, _ in candidates]
     episodes = EpisodeSetup(chat, make_env(backend, qs, agent, cfg.retrieval.top_k, chat), agent)
     env, prompts = episodes.env, episodes.prompts(qs)
+    wc = cfg.model.warmup
     drafts = []
     for (q, path), prompt in zip(candidates, prompts):
         d = _Draft(Trajectory(env.reset(q), prompt_len=len(prompt)), path)
@@ -145,11 +148,12 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
             d.searched.add(q.question)
         if held_out & set(d.traj.episode.first_ids):  # the environment's own first search (force_first_search)
             d.reason = "held_out_shown"
+        if wc.cold_start_first_read == "read_back":
+            d.path = read_back_path(q, path, d.traj.episode.first_search, passages)
         drafts.append(d)
-    wc = cfg.model.warmup
-    every_hop = wc.cold_start_hops == "all"
+    every_hop, answer_first_read = wc.cold_start_hops == "all", wc.cold_start_first_read == "answer"
     while todo := [d for d in drafts if d.reason is None and not d.traj.episode.done]:
-        playing = [d for d in todo if _next_turn(d, agent.max_turns, every_hop, wc.cold_start_answer_first_read)]
+        playing = [d for d in todo if _next_turn(d, agent.max_turns, every_hop, answer_first_read)]
         if not playing:
             break
         results = env.step([d.traj.episode for d in playing], [d.text for d in playing])
@@ -207,6 +211,23 @@ def _next_turn(d: _Draft, max_turns: int, every_hop: bool, answer_first_read: bo
         return False
     d.text = answer_text(answer)
     return True
+
+
+def read_back_path(q: Question, path: list[tuple[str, str]], first_read: str | None,
+                   passages: dict[str, Passage]) -> list[tuple[str, str]]:
+    """The path to walk when the first read shows a gold answer: the hops whose passage does not hold it, a hop whose
+    query is the question itself searched by its passage's title. The path as it is when the first read shows no
+    answer, when every hop's passage holds it, or when such a query would name what nothing has shown yet."""
+    answer = first_read_answer(q, first_read)
+    if answer is None:
+        return path
+    holds = lambda pid: pid in passages and mentions(passages[pid].text, [answer])  # noqa: E731
+    other = [(_PAREN.sub("", passages[pid].title) if query == q.question and pid in passages else query, pid)
+             for query, pid in path if not holds(pid)]  # fmt: skip
+    known = f"{q.question} {first_read}"
+    if not other or any(query == q.question or unshown_names(query, known) for query, _ in other):
+        return path
+    return other
 
 
 def held_out_passages(questions: Sequence[Question]) -> set[str]:
