@@ -350,7 +350,13 @@ def first_read(shipped):
 
 
 def _queries(t, chat) -> list[str]:
+    """The queries a transcript's calls wrote, in order."""
     return [parse_turn(chat.decode_turn(t.input_ids[s:e])).arguments["query"] for s, e in t.turn_spans[:-1]]
+
+
+def _path_queries(q, path) -> list[str]:
+    """The queries a transcript walking `path` writes: the forced first search already ran the question's own."""
+    return [query for query, _ in path if query != q.question]
 
 
 def test_a_transcript_whose_first_read_shows_the_answer_answers_at_once(shipped, first_read):
@@ -358,10 +364,9 @@ def test_a_transcript_whose_first_read_shows_the_answer_answers_at_once(shipped,
     a gold answer that is not yes/no and not in the question; the others walk the path as before."""
     passages = shipped[3]
     made, chat = first_read
-    made = {False: made["walk"], True: made["answer"]}
-    at_once = [t for t in made[True].values() if t.episode.n_calls == 0]
+    at_once = [t for t in made["answer"].values() if t.episode.n_calls == 0]
     assert at_once, "no train question's first read shows its answer"
-    for t in made[True].values():
+    for t in made["answer"].values():
         q, ep = t.episode.question, t.episode
         shown = cold_start.first_read_answer(q, ep.first_search)
         assert (ep.n_calls == 0) == (shown is not None), q.id
@@ -369,8 +374,8 @@ def test_a_transcript_whose_first_read_shows_the_answer_answers_at_once(shipped,
             assert ep.answer == shown and not yes_or_no(shown) and shown in ep.first_search
             assert len(t.turn_spans) == 1 and sum(t.action_mask) == t.turn_spans[0][1] - t.turn_spans[0][0]
         else:  # the gold path, every hop by name, as without the flag
-            assert _queries(t, chat) == [query for query, _ in cold_start.gold_path(q, passages) if query != q.question], q.id
-    assert len(made[True]) >= len(made[False])  # answering at once is one more honest way to end
+            assert _queries(t, chat) == _path_queries(q, cold_start.gold_path(q, passages)), q.id
+    assert len(made["answer"]) >= len(made["walk"])  # answering at once is one more honest way to end
     assert cold_start.first_read_answer(shipped[1][0], None) is None
 
 
@@ -380,15 +385,17 @@ def test_a_transcript_whose_first_read_shows_the_answer_reads_it_back(shipped, f
     answer, and answers from what it has read; the others walk the path as before."""
     passages = shipped[3]
     made, chat = first_read
-    back = [t for t in made["read_back"].values()
-            if _queries(t, chat) != [query for query, _ in cold_start.gold_path(t.episode.question, passages)
-                                     if query != t.episode.question.question]]  # fmt: skip
+
+    def as_before(t):  # the queries of the gold path, as `walk` writes them
+        return _path_queries(t.episode.question, cold_start.gold_path(t.episode.question, passages))
+
+    back = [t for t in made["read_back"].values() if _queries(t, chat) != as_before(t)]
     assert back, "no transcript reads its first read back"
     for t in made["read_back"].values():
         q, ep = t.episode.question, t.episode
         path = cold_start.gold_path(q, passages)
         walked = cold_start.read_back_path(q, path, ep.first_search, passages)
-        assert _queries(t, chat) == [query for query, _ in walked if query != q.question], q.id
+        assert _queries(t, chat) == _path_queries(q, walked), q.id
         assert ep.answer in q.answers
         if walked != path:  # read back: the answer was in the first read, and no search looked for its passage
             shown = cold_start.first_read_answer(q, ep.first_search)
