@@ -112,3 +112,21 @@ def test_prefill_groups_rows_by_chunk_length_with_the_logits_and_cache_of_one_pa
     assert one_lens == two_lens == [40, 5, 37, 6]
     assert torch.allclose(one, two, atol=1e-4)
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(one_keys, two_keys))
+
+
+def test_episodes_with_the_same_history_share_every_prefill(toy):
+    """Each question three times, greedy: the three episodes stay alike turn after turn, so the engine feeds every
+    prompt and observation once and copies it (as many prefilled tokens as one episode a question), and the
+    episodes are the reference's."""
+    qs = toy.world.questions("dev")[:6]
+    once, thrice = RolloutStats(), RolloutStats()
+    single = rollout(toy.model, toy.chat, toy.env(), qs, toy.agent, temperature=0.0, stats=once)
+    got = rollout(toy.model, toy.chat, toy.env(), [q for q in qs for _ in range(3)], toy.agent, temperature=0.0,
+                  stats=thrice)  # fmt: skip
+    want = reference_rollout(toy.model, toy.chat, toy.env(), qs, toy.agent)
+    assert sum(t.episode.turns > 1 for t in single) >= 3  # observations were fed, not only prompts
+    assert thrice.prefill_tokens == once.prefill_tokens
+    for k, g in enumerate(got):
+        w = want[k // 3]
+        assert g.input_ids == w.input_ids and g.action_mask == w.action_mask and g.rewards == w.rewards
+        assert torch.allclose(torch.tensor(g.logprobs), torch.tensor(w.logprobs), atol=1e-4)

@@ -4,7 +4,8 @@ Every running episode owns one row ("slot") of a KV cache (rollout/slots.py). Ea
 token of every row in a model turn, all on tensors. A row whose turn ends waits for its tool call; once enough
 rows wait (`RolloutConfig.refill_fraction`), the environment answers all their calls in one batch and their
 observation turns are prefilled together, while the other rows keep decoding. A finished episode frees its slot
-for the next queued one. A group's episodes share one prompt prefill, copied into their rows.
+for the next queued one. Episodes with the same history (a group's prompt, and the same turns since) share one
+prefill, copied into their rows.
 
 The contract: the action mask (model tokens 1, everything inserted 0), per-token behaviour log-probs, a turn ends
 on the template's end-of-turn ids or its token budget, the observation is inserted through the chat template,
@@ -77,7 +78,6 @@ class _Waiting:
     slot: int
     episode: int
     chunk: list[int] = field(default_factory=list)  # what the prefill feeds
-    fresh: bool = False  # a new episode: the chunk is its prompt (shared within a group)
     turn: tuple[list[int], list[float], int, int] | None = None  # tokens, logprobs, started, ended (ns)
 
 
@@ -118,7 +118,7 @@ class _Scheduler:
         while self.free and self.queue:
             s, i = self.free.pop(0), self.queue.popleft()
             self.owner[s], self.slots.lens[s] = i, 0
-            self.waiting.append(_Waiting(s, i, list(self.trajs[i].input_ids), fresh=True))
+            self.waiting.append(_Waiting(s, i, list(self.trajs[i].input_ids)))
 
     def decode_step(self, temperature: float, generator: torch.Generator | None) -> None:
         """Sample the next token of every row in a turn; rows that stop wait; the rest feed their token."""
@@ -210,17 +210,17 @@ class _Scheduler:
             self.progress(0, done)
 
     def prefill_rows(self, todo: list[_Waiting]) -> None:
-        """Feed every waiting chunk; a group's new episodes feed their shared prompt once, copied to the others."""
+        """Feed every waiting chunk. Episodes whose whole history is the same (a group's prompt, and the same turns
+        and observations since) feed it once; the others' rows become copies (a prefix cache within the batch)."""
         with self.clock("prefill"):
             first: dict[tuple[int, ...], _Waiting] = {}
             fed, copies = [], []
             for w in todo:
-                key = tuple(w.chunk) if w.fresh else None
-                if key is not None and key in first:
+                key = tuple(self.trajs[w.episode].input_ids)  # what the row holds once its chunk is fed
+                if key in first:
                     copies.append((first[key].slot, w.slot))
                     continue
-                if key is not None:
-                    first[key] = w
+                first[key] = w
                 fed.append(w)
             out = self.slots.prefill([w.slot for w in fed], [w.chunk for w in fed], self.chat.pad_id)
             self.stats.prefill_tokens += sum(len(w.chunk) for w in fed)

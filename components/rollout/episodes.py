@@ -24,7 +24,7 @@ class RolloutStats:
     seconds: float = 0.0
     tool_seconds: float = 0.0
     generated_tokens: int = 0
-    prefill_tokens: int = 0  # prompt and observation tokens computed (a shared prompt once; vLLM: prefix-cache misses)
+    prefill_tokens: int = 0  # prompt and observation tokens computed (a shared history once; vLLM: prefix-cache misses)
     forward_calls: int = 0
     decode_steps: int = 0
     row_steps: int = 0  # rows computed over all decode steps (idle rows included)
