@@ -7,6 +7,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 ROOT := $(CURDIR)
+# pytest-xdist workers for `make test`, one per core: a third runs the suite slower (docs/testing.md).
+TEST_WORKERS ?= 2
 
 # Tool state stays inside the project; telemetry is off.
 export PREFECT_HOME := $(ROOT)/.prefect
@@ -127,7 +129,7 @@ test:
 	$(MAKE) --no-print-directory vllm >.cache/vllm-install.log 2>&1 &
 	exec 9>&-
 	$(MAKE) --no-print-directory -j2 setup browser
-	$(BIN)/python -m pytest -q -n 2 --no-loadscope-reorder --durations=30
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --no-loadscope-reorder --durations=30
 
 # The inner loop: the unit tests alone, no Elasticsearch, pipeline processes, servers, vLLM or browser (a few minutes).
 test-fast: setup
