@@ -46,30 +46,49 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def world_words(cfg) -> tuple[set[str], list[str]]:
+    """The words of `cfg`'s synthetic world, and those that are not one token of the prior's vocabulary."""
+    world = generate_world(cfg.data.synthetic)
+    tok = AutoTokenizer.from_pretrained(PRIOR)
+    words = {w for p in world.passages() for w in re.findall(r"[A-Za-z]+", p.text)} | set(world.entities)
+    return words, sorted(w for w in words if len(tok.encode(w, add_special_tokens=False)) != 1)
+
+
 def test_the_prior_is_the_pinned_one_and_reads_its_world():
     """The committed prior is the pinned file, and every word of the world the test builds is one token of its
     vocabulary, as when it was primed (a changed world generator would otherwise feed it pieces of words)."""
     assert sha256(PRIOR / "model.safetensors") == PRIOR_SHA256
-    world = generate_world(learning_config(ROOT / "unused").data.synthetic)
-    tok = AutoTokenizer.from_pretrained(PRIOR)
-    words = {w for p in world.passages() for w in re.findall(r"[A-Za-z]+", p.text)} | set(world.entities)
-    split = sorted(w for w in words if len(tok.encode(w, add_special_tokens=False)) != 1)
+    words, split = world_words(learning_config(ROOT / "unused"))
     assert len(words) > 200 and not split, split[:10]
 
 
+def test_the_pinned_prior_refuses_another_world(tmp_path):
+    """On another world the run stops before training, naming the seed and the way out, and writes no prior."""
+    cfg = learning_config(tmp_path, world_seed=SEED + 8)
+    with pytest.raises(AssertionError, match=rf"world of seed {SEED + 8} .* prime one"):
+        place_prior(cfg)
+    assert not artifacts.base_model(cfg).exists()
+
+
 def place_prior(cfg) -> None:
-    """Copy the pinned prior to where the base_model stage would have written it."""
+    """Copy the pinned prior to where the base_model stage would have written it. Its vocabulary is its world's
+    words: on another world (another data.synthetic.seed) it reads pieces of words, so a prior must be primed."""
     if sha256(PRIOR / "model.safetensors") != PRIOR_SHA256:
         raise AssertionError(f"{PRIOR}/model.safetensors is not the pinned prior (sha256 {PRIOR_SHA256[:12]}...)")
+    _, split = world_words(cfg)
+    if split:
+        raise AssertionError(f"the pinned prior was primed on the world of data.synthetic.seed {SEED + 7}; "
+                             f"{len(split)} words of the world of seed {cfg.data.synthetic.seed} are not in its "
+                             f"vocabulary (e.g. {split[:3]}): prime one (benchmarks/bench_learning.py --prime)")
     with atomic_path(artifacts.base_model(cfg)) as tmp:
         shutil.copytree(PRIOR, tmp, dirs_exist_ok=True)
 
 
-def learning_config(artifacts_dir: Path):
+def learning_config(artifacts_dir: Path, seed: int = SEED, world_seed: int = SEED + 7):
     return parse_config(
         {
-            "project": {"seed": SEED, "artifacts_dir": str(artifacts_dir)},
-            "data": {"datasets": [], "synthetic": {"seed": SEED + 7}},
+            "project": {"seed": seed, "artifacts_dir": str(artifacts_dir)},
+            "data": {"datasets": [], "synthetic": {"seed": world_seed}},
             "agent": {"system_prompt": False, "max_turns": 3},
             "retrieval": {"top_k": 1},
             "model": {"tiny": {"num_threads": 2, "priming": {"max_turns": 4}}},
@@ -79,11 +98,12 @@ def learning_config(artifacts_dir: Path):
     )  # fmt: skip
 
 
-def learn(artifacts_dir: Path, prime: bool = False) -> dict:
+def learn(artifacts_dir: Path, prime: bool = False, seed: int = SEED, world_seed: int = SEED + 7) -> dict:
     """Prepare, index, the prior (the pinned one, or with `prime` primed now by today's code), then GRPO until the
-    target or STEP_CAP; the curve and the wall times."""
+    target or STEP_CAP; the curve and the wall times. `seed` (model init, sampling) and `world_seed` (the synthetic
+    world) default to the test's; the pinned prior reads only the test's world."""
     start = time.perf_counter()
-    cfg = learning_config(artifacts_dir)
+    cfg = learning_config(artifacts_dir, seed, world_seed)
     prepare.run(cfg, NullTracker())
     index.run(cfg, NullTracker())
     if prime:
