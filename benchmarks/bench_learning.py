@@ -25,14 +25,14 @@ from components.env import apply_defaults  # noqa: E402
 apply_defaults(ROOT)  # before torch computes anything (MKL_CBWR), as the test's conftest does
 
 from components.evaluation.machine import cpu_line  # noqa: E402
-from tests.test_learning import SEED, learn  # noqa: E402
+from tests.test_learning import SEED, WORLD_SEED, learn  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prime", action="store_true", help="prime a prior now instead of the pinned one")
     parser.add_argument("--seed", type=int, default=SEED, help="project.seed: model init and sampling")
-    parser.add_argument("--world-seed", type=int, default=SEED + 7, help="data.synthetic.seed: the world")
+    parser.add_argument("--world-seed", type=int, default=WORLD_SEED, help="data.synthetic.seed: the world")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         run = learn(Path(tmp), prime=args.prime, seed=args.seed, world_seed=args.world_seed)

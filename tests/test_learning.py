@@ -27,7 +27,8 @@ from components.tracking.tracker import NullTracker
 STEP_CAP = 300  # steps to the target, four sampling seeds on an EPYC Zen 4: 140-150 (docs/benchmarks.md)
 TARGET_EM = 0.9
 TIMEOUT_S = 1800  # a hang guard, not a speed claim
-SEED = 20251  # project seed (model init, sampling); the world uses SEED + 7. Development used 1-3 and 101-103.
+SEED = 20251  # project seed (model init, sampling). Development used 1-3 and 101-103.
+WORLD_SEED = SEED + 7  # data.synthetic.seed: the world the pinned prior was primed on, and reads
 ROOT = Path(__file__).resolve().parents[1]
 (PRIOR,) = [p for p in (ROOT / "tests" / "fixtures" / "primed").iterdir() if p.is_dir()]
 PRIOR_SHA256 = "a047436c47c96f4f0848ead1d0157ebacb58d8c81a89acd46e66d84e59e444b3"  # of PRIOR/model.safetensors
@@ -64,8 +65,8 @@ def test_the_prior_is_the_pinned_one_and_reads_its_world():
 
 def test_the_pinned_prior_refuses_another_world(tmp_path):
     """On another world the run stops before training, naming the seed and the way out, and writes no prior."""
-    cfg = learning_config(tmp_path, world_seed=SEED + 8)
-    with pytest.raises(AssertionError, match=rf"world of seed {SEED + 8} .* prime one"):
+    cfg = learning_config(tmp_path, world_seed=WORLD_SEED + 1)
+    with pytest.raises(AssertionError, match=rf"world of seed {WORLD_SEED + 1} .* prime one"):
         place_prior(cfg)
     assert not artifacts.base_model(cfg).exists()
 
@@ -77,14 +78,14 @@ def place_prior(cfg) -> None:
         raise AssertionError(f"{PRIOR}/model.safetensors is not the pinned prior (sha256 {PRIOR_SHA256[:12]}...)")
     _, split = world_words(cfg)
     if split:
-        raise AssertionError(f"the pinned prior was primed on the world of data.synthetic.seed {SEED + 7}; "
+        raise AssertionError(f"the pinned prior was primed on the world of data.synthetic.seed {WORLD_SEED}; "
                              f"{len(split)} words of the world of seed {cfg.data.synthetic.seed} are not in its "
                              f"vocabulary (e.g. {split[:3]}): prime one (benchmarks/bench_learning.py --prime)")
     with atomic_path(artifacts.base_model(cfg)) as tmp:
         shutil.copytree(PRIOR, tmp, dirs_exist_ok=True)
 
 
-def learning_config(artifacts_dir: Path, seed: int = SEED, world_seed: int = SEED + 7):
+def learning_config(artifacts_dir: Path, seed: int = SEED, world_seed: int = WORLD_SEED):
     return parse_config(
         {
             "project": {"seed": seed, "artifacts_dir": str(artifacts_dir)},
@@ -98,7 +99,7 @@ def learning_config(artifacts_dir: Path, seed: int = SEED, world_seed: int = SEE
     )  # fmt: skip
 
 
-def learn(artifacts_dir: Path, prime: bool = False, seed: int = SEED, world_seed: int = SEED + 7) -> dict:
+def learn(artifacts_dir: Path, prime: bool = False, seed: int = SEED, world_seed: int = WORLD_SEED) -> dict:
     """Prepare, index, the prior (the pinned one, or with `prime` primed now by today's code), then GRPO until the
     target or STEP_CAP; the curve and the wall times. `seed` (model init, sampling) and `world_seed` (the synthetic
     world) default to the test's; the pinned prior reads only the test's world."""
