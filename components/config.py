@@ -294,7 +294,7 @@ class PrimingConfig(Section):
 
     first_turn_steps: int = Field(default=1500, ge=0, description="cap of phase 1 (first turns only)")
     first_call_p: float = Field(default=0.8, ge=0, le=1, description="phase 1 ends at this first-call p")
-    steps: int = Field(default=1500, ge=0, description="cap of phase 2 (whole transcripts)")
+    steps: int = Field(default=3000, ge=0, description="cap of phase 2 (whole transcripts)")
     choice_kl: float = Field(default=0.25, ge=0, description="phase 2 ends at this choice KL (nats)")
     probe_every: int = Field(default=50, ge=1, description="steps between probes of the priming")
     probes: int = Field(default=128, ge=1, description="held-out transcripts the probes score")
