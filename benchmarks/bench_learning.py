@@ -6,7 +6,7 @@ vocabulary is its own world's words).
 The test asserts that RL learns within its step cap; the wall time depends on the machine and on what else runs,
 so it is measured here, with nothing else running:
 
-    python benchmarks/bench_learning.py [--prime] [--seed N] [--world-seed N]
+    python benchmarks/bench_learning.py [--prime [--prime-steps N]] [--seed N] [--world-seed N]
 """
 
 from __future__ import annotations
@@ -33,10 +33,14 @@ def main() -> None:
     parser.add_argument("--prime", action="store_true", help="prime a prior now instead of the pinned one")
     parser.add_argument("--seed", type=int, default=SEED, help="project.seed: model init and sampling")
     parser.add_argument("--world-seed", type=int, default=WORLD_SEED, help="data.synthetic.seed: the world")
+    parser.add_argument("--prime-steps", type=int, help="with --prime: model.tiny.priming.steps (phase 2's cap)")
     args = parser.parse_args()
+    if args.prime_steps is not None and not args.prime:
+        parser.error("--prime-steps needs --prime")
     with tempfile.TemporaryDirectory() as tmp:
-        run = learn(Path(tmp), prime=args.prime, seed=args.seed, world_seed=args.world_seed)
-    run.update(seed=args.seed, world_seed=args.world_seed)
+        run = learn(Path(tmp), prime=args.prime, seed=args.seed, world_seed=args.world_seed,
+                    prime_steps=args.prime_steps)  # fmt: skip
+    run.update(seed=args.seed, world_seed=args.world_seed, prime_steps=args.prime_steps)
     run["machine"] = cpu_line()
     run["total_s"] = round(run["setup_s"] + run["train_s"], 1)
     print(json.dumps(run))

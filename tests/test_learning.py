@@ -85,26 +85,29 @@ def place_prior(cfg) -> None:
         shutil.copytree(PRIOR, tmp, dirs_exist_ok=True)
 
 
-def learning_config(artifacts_dir: Path, seed: int = SEED, world_seed: int = WORLD_SEED):
+def learning_config(artifacts_dir: Path, seed: int = SEED, world_seed: int = WORLD_SEED, prime_steps: int | None = None):
+    priming = {"max_turns": 4} | ({"steps": prime_steps} if prime_steps is not None else {})
     return parse_config(
         {
             "project": {"seed": seed, "artifacts_dir": str(artifacts_dir)},
             "data": {"datasets": [], "synthetic": {"seed": world_seed}},
             "agent": {"system_prompt": False, "max_turns": 3},
             "retrieval": {"top_k": 1},
-            "model": {"tiny": {"num_threads": 2, "priming": {"max_turns": 4}}},
+            "model": {"tiny": {"num_threads": 2, "priming": priming}},
             "train": {"num_threads": 1, "lr": 1e-3, "questions_per_step": 32, "steps": STEP_CAP, "eval_every": 10,
                       "eval_questions": 200, "checkpoint_every": 50, "target_em": TARGET_EM, "stop_at_target": True},
         }
     )  # fmt: skip
 
 
-def learn(artifacts_dir: Path, prime: bool = False, seed: int = SEED, world_seed: int = WORLD_SEED) -> dict:
-    """Prepare, index, the prior (the pinned one, or with `prime` primed now by today's code), then GRPO until the
-    target or STEP_CAP; the curve and the wall times. `seed` (model init, sampling) and `world_seed` (the synthetic
-    world) default to the test's; the pinned prior reads only the test's world."""
+def learn(artifacts_dir: Path, prime: bool = False, seed: int = SEED, world_seed: int = WORLD_SEED,
+          prime_steps: int | None = None) -> dict:  # fmt: skip
+    """Prepare, index, the prior (the pinned one, or with `prime` primed now by today's code, its phase 2 capped at
+    `prime_steps` if given), then GRPO until the target or STEP_CAP; the curve and the wall times. `seed` (model
+    init, sampling) and `world_seed` (the synthetic world) default to the test's; the pinned prior reads only the
+    test's world."""
     start = time.perf_counter()
-    cfg = learning_config(artifacts_dir, seed, world_seed)
+    cfg = learning_config(artifacts_dir, seed, world_seed, prime_steps)
     prepare.run(cfg, NullTracker())
     index.run(cfg, NullTracker())
     if prime:
