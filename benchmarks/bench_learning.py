@@ -25,7 +25,7 @@ from components.env import apply_defaults  # noqa: E402
 apply_defaults(ROOT)  # before torch computes anything (MKL_CBWR), as the test's conftest does
 
 from components.evaluation.machine import cpu_line  # noqa: E402
-from tests.test_learning import SEED, WORLD_SEED, learn  # noqa: E402
+from tests.test_learning import SEED, WORLD_SEED, learn, learning_config, other_world  # noqa: E402
 
 
 def main() -> None:
@@ -37,6 +37,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.prime_steps is not None and not args.prime:
         parser.error("--prime-steps needs --prime")
+    if not args.prime and (reason := other_world(learning_config(ROOT / "unused", world_seed=args.world_seed))):
+        parser.error(f"--world-seed {args.world_seed}: {reason}")
     with tempfile.TemporaryDirectory() as tmp:
         run = learn(Path(tmp), prime=args.prime, seed=args.seed, world_seed=args.world_seed,
                     prime_steps=args.prime_steps)  # fmt: skip

@@ -9,6 +9,8 @@ learns as well, are benchmarks (benchmarks/bench_learning.py), not assertions: t
 import hashlib
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -71,21 +73,39 @@ def test_the_pinned_prior_refuses_another_world(tmp_path):
     assert not artifacts.base_model(cfg).exists()
 
 
+def other_world(cfg) -> str | None:
+    """Why the pinned prior cannot read `cfg`'s world, or None. Its vocabulary is its world's words: on another
+    world (another data.synthetic.seed) it reads pieces of words, so a prior must be primed."""
+    _, split = world_words(cfg)
+    if not split:
+        return None
+    return (f"the pinned prior was primed on the world of data.synthetic.seed {WORLD_SEED}; {len(split)} words of "
+            f"the world of seed {cfg.data.synthetic.seed} are not in its vocabulary (e.g. {split[:3]}): prime one "
+            f"(benchmarks/bench_learning.py --prime)")  # fmt: skip
+
+
+@pytest.mark.parametrize("argv, message", [(["--prime-steps", "5"], "--prime-steps needs --prime"),
+                                           (["--world-seed", str(WORLD_SEED + 1)], "prime one")])  # fmt: skip
+def test_the_benchmark_refuses_bad_arguments_in_one_line(argv, message):
+    """bench_learning.py stops before any work, with one usage line, when its arguments cannot run."""
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_learning.py"), *argv],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert not run.stdout
+
+
 def place_prior(cfg) -> None:
-    """Copy the pinned prior to where the base_model stage would have written it. Its vocabulary is its world's
-    words: on another world (another data.synthetic.seed) it reads pieces of words, so a prior must be primed."""
+    """Copy the pinned prior to where the base_model stage would have written it, if it reads `cfg`'s world."""
     if sha256(PRIOR / "model.safetensors") != PRIOR_SHA256:
         raise AssertionError(f"{PRIOR}/model.safetensors is not the pinned prior (sha256 {PRIOR_SHA256[:12]}...)")
-    _, split = world_words(cfg)
-    if split:
-        raise AssertionError(f"the pinned prior was primed on the world of data.synthetic.seed {WORLD_SEED}; "
-                             f"{len(split)} words of the world of seed {cfg.data.synthetic.seed} are not in its "
-                             f"vocabulary (e.g. {split[:3]}): prime one (benchmarks/bench_learning.py --prime)")
+    if reason := other_world(cfg):
+        raise AssertionError(reason)
     with atomic_path(artifacts.base_model(cfg)) as tmp:
         shutil.copytree(PRIOR, tmp, dirs_exist_ok=True)
 
 
-def learning_config(artifacts_dir: Path, seed: int = SEED, world_seed: int = WORLD_SEED, prime_steps: int | None = None):
+def learning_config(artifacts_dir: Path, seed: int = SEED, world_seed: int = WORLD_SEED,
+                    prime_steps: int | None = None):  # fmt: skip
     priming = {"max_turns": 4} | ({"steps": prime_steps} if prime_steps is not None else {})
     return parse_config(
         {
