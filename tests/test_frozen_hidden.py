@@ -10,7 +10,7 @@ import torch
 
 from components.model.top_layers import top_forward
 from components.train.local.batch import collate
-from components.train.local.losses import policy_logprobs
+from components.train.local.losses import policy_logprobs, response_hidden, to_front, token_logprobs
 from components.rollout.engine import rollout
 from tests.toy import make_toy
 
@@ -29,6 +29,23 @@ def trajs(toy):
                    generator=torch.Generator().manual_seed(2), capture_layer=FROZEN)  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def varied(toy, trajs):
+    """The trajectories with prompts of different lengths (the toy's are all alike), their hidden states kept."""
+    out = []
+    for i, t in enumerate(trajs):
+        t = copy.deepcopy(t)
+        cut = i % 4
+        for name in ("input_ids", "action_mask", "rewards", "logprobs"):
+            setattr(t, name, getattr(t, name)[cut:])
+        t.prompt_len -= cut
+        with torch.no_grad():
+            states = toy.model(input_ids=torch.tensor([t.input_ids]), output_hidden_states=True).hidden_states
+        t.hidden = states[FROZEN][0, :-1]
+        out.append(t)
+    return out
+
+
 def test_the_rollout_keeps_the_layer_input_a_full_forward_computes(toy, trajs):
     for t in trajs:
         ids = torch.tensor([t.input_ids])
@@ -38,13 +55,17 @@ def test_the_rollout_keeps_the_layer_input_a_full_forward_computes(toy, trajs):
         assert torch.allclose(t.hidden, states[:-1], atol=1e-5)
 
 
-def test_top_forward_equals_the_whole_decoder_on_a_left_padded_batch(toy, trajs):
-    batch = collate(trajs, toy.chat.pad_id)
+def test_top_forward_equals_the_whole_decoder_on_rows_rolled_to_the_front(toy, varied):
+    """top_forward runs causal attention with no padding mask: on a batch whose rows start at column 0 it gives
+    the whole decoder's hidden states on every real token."""
+    batch = collate(varied, toy.chat.pad_id)
+    shift = batch.prompt_width - batch.attention_mask[:, : batch.prompt_width].sum(-1)
+    assert shift.any()  # the rows are padded on the left by different amounts
+    ids, attn, pos = (to_front(x, shift) for x in (batch.input_ids, batch.attention_mask, batch.position_ids))
     with torch.no_grad():
-        out = toy.model.base_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                                   position_ids=batch.position_ids, output_hidden_states=True)  # fmt: skip
-        top = top_forward(toy.model.base_model, out.hidden_states[FROZEN], batch.attention_mask, batch.position_ids, FROZEN)
-    real = batch.attention_mask.bool()
+        out = toy.model.base_model(input_ids=ids, attention_mask=attn, position_ids=pos, output_hidden_states=True)
+        top = top_forward(toy.model.base_model, out.hidden_states[FROZEN], pos, FROZEN)
+    real = attn.bool()
     assert torch.allclose(top[real], out.last_hidden_state[real], atol=1e-5)
 
 
@@ -67,20 +88,9 @@ def test_kept_hidden_states_give_the_same_logprobs_and_gradients(toy, trajs):
 
 
 @pytest.mark.parametrize("kept", [False, True])
-def test_a_padded_batch_scores_each_row_as_that_row_alone(toy, trajs, kept):
+def test_a_padded_batch_scores_each_row_as_that_row_alone(toy, varied, kept):
     """Left-padded prompts, right-padded responses, with or without the kept hidden states: every row's log-probs
     are the ones the model gives that episode on its own, with no padding anywhere."""
-    varied = []
-    for i, t in enumerate(trajs):  # prompts of different lengths: the toy's are all alike
-        t = copy.deepcopy(t)
-        cut = i % 4
-        for name in ("input_ids", "action_mask", "rewards", "logprobs"):
-            setattr(t, name, getattr(t, name)[cut:])
-        t.prompt_len -= cut
-        with torch.no_grad():
-            out = toy.model(input_ids=torch.tensor([t.input_ids]), output_hidden_states=True)
-        t.hidden = out.hidden_states[FROZEN][0, :-1]
-        varied.append(t)
     trajs = varied
     batch = collate(trajs, toy.chat.pad_id, hidden_layer=FROZEN if kept else None)
     P = batch.prompt_width
@@ -95,14 +105,29 @@ def test_a_padded_batch_scores_each_row_as_that_row_alone(toy, trajs, kept):
     assert P == max(t.prompt_len for t in trajs)
 
 
-def test_the_masked_log_probs_take_one_logsumexp_for_all_tokens(toy, trajs, monkeypatch):
-    """verl's CPU log-prob loops over the first dimension with one logsumexp (and its backward) per row; the masked
-    tokens go in as one row, so the count stays at two (log-probs, entropy) however many tokens there are."""
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_the_log_probs_and_entropies_are_verls(toy, trajs, temperature):
+    """One log-softmax gives both (losses.token_logprobs): the values and gradients of verl's logprobs_from_logits
+    and entropy_from_logits on the same logits."""
+    import verl.utils.torch_functional as verl_F
+
     batch = collate(trajs, toy.chat.pad_id)
-    calls, real = [], torch.logsumexp
-    monkeypatch.setattr(torch, "logsumexp", lambda *a, **k: calls.append(1) or real(*a, **k))
-    with torch.no_grad():
-        logp, _ = policy_logprobs(toy.model, batch, 1.0, batch.action_mask)
-    assert int(batch.action_mask.sum()) > 50
-    assert len(calls) <= 2
-    assert torch.count_nonzero(logp) > 50
+    sel = batch.action_mask.bool()
+    assert int(sel.sum()) > 50
+    hidden = response_hidden(toy.model, batch)[sel].detach()
+    got, want = [], []
+    for ours in (True, False):
+        h = hidden.clone().requires_grad_(True)
+        logits = toy.model.get_output_embeddings()(h).float() / temperature
+        labels = batch.responses[sel]
+        if ours:
+            logp, entropy = token_logprobs(logits, labels)
+        else:
+            logp, entropy = verl_F.logprobs_from_logits(logits[None], labels[None])[0], verl_F.entropy_from_logits(logits)
+        (logp.sum() + 0.1 * entropy.sum()).backward()
+        (got if ours else want).append((logp.detach(), entropy.detach(), h.grad))
+    for a, b in zip(got[0], want[0]):
+        assert torch.allclose(a, b, atol=1e-5), float((a - b).abs().max())
+    logp, entropy = policy_logprobs(toy.model, batch, temperature, batch.action_mask)
+    assert torch.allclose(logp[sel], want[0][0], atol=1e-5) and torch.allclose(entropy[sel], want[0][1], atol=1e-5)
+    assert torch.count_nonzero(logp[~sel]) == 0 and torch.count_nonzero(entropy[~sel]) == 0

@@ -3,25 +3,42 @@
 from __future__ import annotations
 
 import torch
-import verl.utils.torch_functional as verl_F
 
 from components.model.top_layers import top_forward
 from components.train.local.batch import Batch
 
 
+def to_front(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """Each row i of `x` (B, T, ...) rolled left by shift[i] columns."""
+    T = x.shape[1]
+    cols = (torch.arange(T, device=x.device)[None] + shift[:, None]) % T
+    return x.gather(1, cols.view(*cols.shape, *[1] * (x.dim() - 2)).expand_as(x))
+
+
 def response_hidden(model, batch: Batch) -> torch.Tensor:
-    """Hidden states at the positions that predict each response token: (B, R, H). When the batch carries a
-    frozen layer's input from the rollout, only the layers from there on run."""
+    """Hidden states at the positions that predict each response token: (B, R, H).
+
+    Each row runs with its tokens rolled to the front (its prompt's left padding moved behind its response), so
+    causal attention needs no padding mask and SDPA's flash kernel skips the blocks above the diagonal. When the
+    batch carries a frozen layer's input from the rollout, only the layers from there on run."""
     P, R = batch.prompt_width, batch.responses.shape[1]
+    shift = P - batch.attention_mask[:, :P].sum(-1)  # each row's left padding
+    positions = to_front(batch.position_ids, shift)
     if batch.hidden is not None:
         dtype = next(model.parameters()).dtype
-        last = top_forward(model.base_model, batch.hidden.to(dtype), batch.attention_mask, batch.position_ids,
-                           batch.hidden_layer)  # fmt: skip
-        return last[:, P - 1 : P + R - 1]
-    out = model.base_model(
-        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
-    )
-    return out.last_hidden_state[:, P - 1 : P + R - 1]
+        last = top_forward(model.base_model, to_front(batch.hidden.to(dtype), shift), positions, batch.hidden_layer)
+    else:
+        last = model.base_model(input_ids=to_front(batch.input_ids, shift), position_ids=positions).last_hidden_state
+    # response token j of row i sits at column P - shift[i] + j once rolled; the position before predicts it
+    cols = (P - shift - 1)[:, None] + torch.arange(R, device=last.device)[None]
+    return last.gather(1, cols[..., None].expand(-1, -1, last.shape[-1]))
+
+
+def token_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-prob of each label, entropy of each distribution) from fp32 logits (..., V): one log-softmax serves both
+    (verl's logprobs_from_logits and entropy_from_logits, which take two logsumexps and a softmax on a CPU)."""
+    logp = torch.log_softmax(logits, dim=-1)
+    return logp.gather(-1, labels[..., None])[..., 0], -(logp.exp() * logp).sum(-1)
 
 
 def policy_logprobs(
@@ -33,15 +50,10 @@ def policy_logprobs(
     """
     hidden = response_hidden(model, batch)
     head = model.get_output_embeddings()
-    if mask is None:
-        logits = head(hidden).float() / temperature
-        return verl_F.logprobs_from_logits(logits, batch.responses), verl_F.entropy_from_logits(logits)
-    sel = mask.bool()
-    logits = head(hidden[sel]).float() / temperature
-    logp = torch.zeros(mask.shape, dtype=logits.dtype, device=logits.device)
-    entropy = torch.zeros_like(logp)
-    # As one [1, N, V] row: verl's CPU path (logprobs_from_logits_v2) loops over the first dimension, one logsumexp
-    # and its backward per token when given [N, V].
-    logp = logp.masked_scatter(sel, verl_F.logprobs_from_logits(logits[None], batch.responses[sel][None])[0])
-    entropy = entropy.masked_scatter(sel, verl_F.entropy_from_logits(logits))
-    return logp, entropy
+    sel = mask.bool() if mask is not None else torch.ones_like(batch.responses, dtype=torch.bool)
+    logits = head(hidden[sel]).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp, entropy = token_logprobs(logits, batch.responses[sel])
+    zeros = torch.zeros(sel.shape, dtype=logp.dtype, device=logp.device)
+    return zeros.masked_scatter(sel, logp), zeros.masked_scatter(sel, entropy)
