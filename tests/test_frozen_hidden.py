@@ -59,7 +59,7 @@ def test_top_forward_equals_the_whole_decoder_on_rows_rolled_to_the_front(toy, v
     """top_forward runs causal attention with no padding mask: on a batch whose rows start at column 0 it gives
     the whole decoder's hidden states on every real token."""
     batch = collate(varied, toy.chat.pad_id)
-    shift = batch.prompt_width - batch.attention_mask[:, : batch.prompt_width].sum(-1)
+    shift = batch.left_padding
     assert shift.any()  # the rows are padded on the left by different amounts
     ids, attn, pos = (to_front(x, shift) for x in (batch.input_ids, batch.attention_mask, batch.position_ids))
     with torch.no_grad():

@@ -29,6 +29,11 @@ class Batch:
     def responses(self) -> torch.Tensor:
         return self.input_ids[:, self.prompt_width :]
 
+    @property
+    def left_padding(self) -> torch.Tensor:
+        """(B,) the pad columns in front of each row's prompt."""
+        return self.prompt_width - self.attention_mask[:, : self.prompt_width].sum(-1)
+
     def to(self, device) -> Batch:
         kw = {f.name: getattr(self, f.name) for f in fields(self)}
         for k, v in kw.items():
@@ -55,8 +60,7 @@ class Batch:
         b = self.select(rows)
         P = b.prompt_width
         r = max(1, int(b.response_mask.sum(-1).max()))
-        lo = int((b.attention_mask[:, :P].sum(-1)).max())
-        lo = P - lo
+        lo = int(b.left_padding.min())
         kw = {f.name: getattr(b, f.name) for f in fields(b)}
         for k in ("input_ids", "attention_mask", "position_ids", "hidden"):
             if kw[k] is not None:

@@ -22,7 +22,7 @@ def response_hidden(model, batch: Batch) -> torch.Tensor:
     causal attention needs no padding mask and SDPA's flash kernel skips the blocks above the diagonal. When the
     batch carries a frozen layer's input from the rollout, only the layers from there on run."""
     P, R = batch.prompt_width, batch.responses.shape[1]
-    shift = P - batch.attention_mask[:, :P].sum(-1)  # each row's left padding
+    shift = batch.left_padding
     positions = to_front(batch.position_ids, shift)
     if batch.hidden is not None:
         dtype = next(model.parameters()).dtype
