@@ -91,18 +91,17 @@ def test_kept_hidden_states_give_the_same_logprobs_and_gradients(toy, trajs):
 def test_a_padded_batch_scores_each_row_as_that_row_alone(toy, varied, kept):
     """Left-padded prompts, right-padded responses, with or without the kept hidden states: every row's log-probs
     are the ones the model gives that episode on its own, with no padding anywhere."""
-    trajs = varied
-    batch = collate(trajs, toy.chat.pad_id, hidden_layer=FROZEN if kept else None)
+    batch = collate(varied, toy.chat.pad_id, hidden_layer=FROZEN if kept else None)
     P = batch.prompt_width
-    assert len({t.prompt_len for t in trajs}) == 4  # the prompts are padded by different amounts
+    assert len({t.prompt_len for t in varied}) == 4  # the prompts are padded by different amounts
     with torch.no_grad():
         logp, _ = policy_logprobs(toy.model, batch, 1.0, batch.response_mask)
-        for i, t in enumerate(trajs):
+        for i, t in enumerate(varied):
             alone = toy.model(input_ids=torch.tensor([t.input_ids])).logits[0].float().log_softmax(-1)
             want = alone[t.prompt_len - 1 : -1].gather(1, torch.tensor(t.input_ids[t.prompt_len :])[:, None])[:, 0]
             assert torch.allclose(logp[i, : t.response_len], want, atol=1e-5), i
             assert torch.count_nonzero(logp[i, t.response_len :]) == 0
-    assert P == max(t.prompt_len for t in trajs)
+    assert P == max(t.prompt_len for t in varied)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
