@@ -397,10 +397,6 @@ class WarmupConfig(Section):
         "in the question): walk: the gold path, as any other; answer: answers it at once, with no search of its own; "
         "read_back: searches the path's other hops by name, not the answer's, and answers from that first read",
     )  # fmt: skip
-    cold_start_quote: bool = Field(
-        default=False, description="the answer turn first quotes the sentence of a gold passage that an observation "
-        "showed and that holds the answer, then answers: the evidence is the last thing read before the answer",
-    )  # fmt: skip
     cold_start_balance_yes_no: bool = Field(
         default=False, description="keep as many yes as no transcripts (a random subset of the larger side): 2Wiki's "
         "train answers are 102 no to 28 yes, and a cold start on them answers no to every yes/no question",

@@ -403,35 +403,3 @@ def test_a_transcript_whose_first_read_shows_the_answer_reads_it_back(shipped, f
             assert not any(mentions(passages[pid].text, [shown]) for _, pid in walked), q.id
     last = lambda t: [text for role, text in t.episode.log if role == "tool"][-1]  # noqa: E731
     assert any(not mentions(last(t), [t.episode.answer]) for t in back)  # the answer is not in the last observation
-
-
-def test_the_answer_turn_quotes_the_shown_gold_sentence_that_holds_the_answer(shipped, first_read):
-    """cold_start_quote: the same transcripts as without it, each answer turn first quoting the first sentence of a
-    gold passage that holds the answer and that an observation showed whole; yes/no answers, and answers no such
-    sentence shows, are not quoted."""
-    _, train, held, passages, backend, tok, root = shipped
-    made, _ = first_read
-    cfg = _config(root, {"agent.force_first_search": True, "model.warmup.cold_start_hops": "all",
-                         "model.warmup.cold_start_quote": True})  # fmt: skip
-    chat = ChatFormat.for_agent(tok, cfg.agent)
-    backend.reseed(0, 1)
-    data, _ = cold_start.transcripts(train, backend, chat, cfg, passages, cold_start.held_out_passages(held))
-    assert {t.episode.question.id: t.episode.answer for t in data} == {
-        i: t.episode.answer for i, t in made["walk"].items()}  # fmt: skip
-    n_quoted = 0
-    for t in data:
-        ep, walked = t.episode, made["walk"][t.episode.question.id]
-        assert t.input_ids[: t.turn_spans[-1][0]] == walked.input_ids[: walked.turn_spans[-1][0]]  # the same searches
-        shown = " ".join([ep.first_search or ""] + [text for role, text in ep.log if role == "tool"])
-        last = ep.log[-1][1]
-        quote, _, rest = last.rpartition("\n")
-        assert rest == answer_text(ep.answer)
-        assert parse_turn(chat.decode_turn(t.input_ids[t.turn_spans[-1][0] : t.turn_spans[-1][1]])) == Answer(ep.answer)
-        if quote:
-            n_quoted += 1
-            assert not yes_or_no(ep.answer) and quote in shown and mentions(quote, [ep.answer])
-            assert any(quote in passages[pid].text for pid in ep.question.supporting_ids if pid in passages)
-            assert len(quote.split()) <= cold_start.QUOTE_MAX_WORDS
-        else:
-            assert yes_or_no(ep.answer) or cold_start.quoted(ep.question, ep.answer, shown, passages) is None
-    assert n_quoted >= len([t for t in data if not yes_or_no(t.episode.answer)]) // 2, n_quoted

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import torch
 from tqdm import tqdm
 
-from components.agent.parser import ANSWER_OPEN, answer_text, call_text
+from components.agent.parser import answer_text, call_text
 from components.config import Config
 from components.data.schema import Passage, Question
 from components.data.yes_no import YES_NO, balance_yes_no, yes_or_no
@@ -53,8 +53,6 @@ from components.rollout.trajectory import Trajectory
 
 _NUMBER = re.compile(r"\d+")
 _PAREN = re.compile(r"\s*\([^)]*\)$")  # a title's disambiguation: "Lilu (mythology)"
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
-QUOTE_MAX_WORDS = 40  # a longer sentence is not quoted: the answer turn has agent.max_tokens_per_turn
 
 
 # --- the gold path -------------------------------------------------------------------------------------------
@@ -96,19 +94,6 @@ def unshown_names(query: str, known: str) -> list[str]:
 
 def shown_answer(q: Question, known: str) -> str | None:
     return next((a for a in q.answers if yes_or_no(a) or mentions(known, [a])), None)
-
-
-def quoted(q: Question, answer: str, known: str, passages: dict[str, Passage]) -> str | None:
-    """The first sentence of a gold passage that holds `answer` and that an observation (`known`) showed whole;
-    None for yes/no answers, or when there is none of at most QUOTE_MAX_WORDS words."""
-    if yes_or_no(answer):
-        return None
-    for pid in q.supporting_ids:
-        for sentence in _SENTENCE_END.split(passages[pid].text if pid in passages else ""):
-            sentence = sentence.strip()
-            if len(sentence.split()) <= QUOTE_MAX_WORDS and mentions(sentence, [answer]) and sentence in known:
-                return sentence
-    return None
 
 
 def first_read_answer(q: Question, first_read: str | None) -> str | None:
@@ -167,9 +152,8 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
             d.path = read_back_path(q, path, d.traj.episode.first_search, passages)
         drafts.append(d)
     every_hop, answer_first_read = wc.cold_start_hops == "all", wc.cold_start_first_read == "answer"
-    quote = passages if wc.cold_start_quote else None
     while todo := [d for d in drafts if d.reason is None and not d.traj.episode.done]:
-        playing = [d for d in todo if _next_turn(d, agent.max_turns, every_hop, answer_first_read, quote)]
+        playing = [d for d in todo if _next_turn(d, agent.max_turns, every_hop, answer_first_read)]
         if not playing:
             break
         results = env.step([d.traj.episode for d in playing], [d.text for d in playing])
@@ -201,11 +185,9 @@ def transcripts(questions: Sequence[Question], backend: SearchBackend, chat: Cha
     return out, drops
 
 
-def _next_turn(d: _Draft, max_turns: int, every_hop: bool, answer_first_read: bool,
-               quote: dict[str, Passage] | None = None) -> bool:  # fmt: skip
+def _next_turn(d: _Draft, max_turns: int, every_hop: bool, answer_first_read: bool) -> bool:
     """Set the draft's next turn: the next hop not yet shown (`every_hop`: not yet searched), else the answer; False
-    (with a reason) if none is honest. `answer_first_read`: the first turn answers when the first read shows it.
-    With `quote` (the passages), the answer turn first quotes the gold sentence that shows the answer, if any."""
+    (with a reason) if none is honest. `answer_first_read`: the first turn answers when the first read shows it."""
     ep, known = d.traj.episode, d.known()
     if answer_first_read and ep.turns == 0 and (answer := first_read_answer(ep.question, ep.first_search)):
         d.text = answer_text(answer)
@@ -227,8 +209,7 @@ def _next_turn(d: _Draft, max_turns: int, every_hop: bool, answer_first_read: bo
     if answer is None:
         d.reason = "answer_not_shown"
         return False
-    sentence = quoted(ep.question, answer, known, quote) if quote is not None else None
-    d.text = f"{sentence}\n{answer_text(answer)}" if sentence else answer_text(answer)
+    d.text = answer_text(answer)
     return True
 
 
@@ -296,10 +277,9 @@ def run(model, chat: ChatFormat, backend: SearchBackend, train: Sequence[Questio
     losses = sft(model, data, cfg, chat.pad_id, wc.cold_start_steps, wc.cold_start_lr, log=tracker.log_metrics)
     tail = losses[-10:]
     searches = sum(t.episode.n_calls for t in data) / len(data)
-    quotes = sum(not t.episode.log[-1][1].startswith(ANSWER_OPEN) for t in data if t.episode.log[-1][0] == "assistant")
     answers = Counter(yes_or_no(t.episode.answer) for t in data)
     return {"cold_start_transcripts": float(len(data)), "cold_start_dropped": float(sum(drops.values())),
             **{f"cold_start_answered_{a}": float(answers[a]) for a in YES_NO},
-            "cold_start_searches": searches, "cold_start_quoted": float(quotes), "cold_start_first_loss": losses[0],
+            "cold_start_searches": searches, "cold_start_first_loss": losses[0],
             "cold_start_loss": sum(tail) / len(tail),
             **{f"cold_start_dropped/{k}": float(v) for k, v in drops.items()}}  # fmt: skip
