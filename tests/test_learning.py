@@ -26,7 +26,7 @@ from components.data.synthetic import generate_world
 from components.io import atomic_path
 from components.tracking.tracker import NullTracker
 
-STEP_CAP = 300  # steps to the target, six sampling seeds on an EPYC Zen 4: 130-170 (docs/benchmarks.md)
+STEP_CAP = 300  # steps to the target, eight sampling seeds on an EPYC Zen 4: 130-170 (docs/benchmarks.md)
 TARGET_EM = 0.9
 TIMEOUT_S = 1800  # a hang guard, not a speed claim
 SEED = 20251  # project seed (model init, sampling). Development used 1-3 and 101-103.
