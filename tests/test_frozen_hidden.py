@@ -130,3 +130,5 @@ def test_the_log_probs_and_entropies_are_verls(toy, trajs, temperature):
     logp, entropy = policy_logprobs(toy.model, batch, temperature, batch.action_mask)
     assert torch.allclose(logp[sel], want[0][0], atol=1e-5) and torch.allclose(entropy[sel], want[0][1], atol=1e-5)
     assert torch.count_nonzero(logp[~sel]) == 0 and torch.count_nonzero(entropy[~sel]) == 0
+    alone, none = policy_logprobs(toy.model, batch, temperature, batch.action_mask, entropy=False)  # no entropy bonus
+    assert none is None and torch.equal(alone, logp)

@@ -34,17 +34,19 @@ def response_hidden(model, batch: Batch) -> torch.Tensor:
     return last.gather(1, cols[..., None].expand(-1, -1, last.shape[-1]))
 
 
-def token_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log-prob of each label, entropy of each distribution) from fp32 logits (..., V): one log-softmax serves both
-    (verl's logprobs_from_logits and entropy_from_logits, which take two logsumexps and a softmax on a CPU)."""
+def token_logprobs(logits: torch.Tensor, labels: torch.Tensor,
+                   entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    """(log-prob of each label, entropy of each distribution or None) from fp32 logits (..., V): one log-softmax
+    serves both (verl's logprobs_from_logits and entropy_from_logits, which take two logsumexps and a softmax on a
+    CPU). The entropy costs an exp and a product over the vocabulary: `entropy=False` skips it."""
     logp = torch.log_softmax(logits, dim=-1)
-    return logp.gather(-1, labels[..., None])[..., 0], -(logp.exp() * logp).sum(-1)
+    return logp.gather(-1, labels[..., None])[..., 0], -(logp.exp() * logp).sum(-1) if entropy else None
 
 
 def policy_logprobs(
-    model, batch: Batch, temperature: float = 1.0, mask: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log-prob of each response token, entropy of each position), both (B, R).
+    model, batch: Batch, temperature: float = 1.0, mask: torch.Tensor | None = None, entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(log-prob of each response token, entropy of each position or None without `entropy`), both (B, R).
 
     With `mask`, the LM head runs only where mask is 1 (e.g. action tokens under the loss mask); 0 elsewhere.
     """
@@ -54,6 +56,6 @@ def policy_logprobs(
     logits = head(hidden[sel]).float()
     if temperature != 1.0:
         logits = logits / temperature
-    logp, entropy = token_logprobs(logits, batch.responses[sel])
+    logp, ent = token_logprobs(logits, batch.responses[sel], entropy)
     zeros = torch.zeros(sel.shape, dtype=logp.dtype, device=logp.device)
-    return zeros.masked_scatter(sel, logp), zeros.masked_scatter(sel, entropy)
+    return zeros.masked_scatter(sel, logp), zeros.masked_scatter(sel, ent) if entropy else None

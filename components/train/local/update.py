@@ -83,10 +83,10 @@ def update(learner: Learner, batch: Batch, tc: TrainConfig,
 
             # forward passes: the policy, the frozen reference, the critic
             with amp():
-                logp, entropy = policy_logprobs(policy, b, tc.temperature, mask)
+                logp, entropy = policy_logprobs(policy, b, tc.temperature, mask, entropy=bool(tc.entropy_coef))
             if ref is not None:
                 with torch.no_grad(), amp():
-                    ref_logp, _ = policy_logprobs(ref, b, tc.temperature, mask)
+                    ref_logp, _ = policy_logprobs(ref, b, tc.temperature, mask, entropy=False)
             if critic is not None:
                 with amp():
                     vpred = critic.values(b)
@@ -186,7 +186,7 @@ def behaviour_logprobs(policy: nn.Module, batch: Batch, parts: list, loss_mask: 
     old_logp = torch.zeros_like(batch.response_mask)
     for mb, b, r in parts:
         with amp():
-            old_logp[mb, :r] = policy_logprobs(policy, b, temperature, loss_mask[mb, :r])[0]
+            old_logp[mb, :r] = policy_logprobs(policy, b, temperature, loss_mask[mb, :r], entropy=False)[0]
     return old_logp
 
 
