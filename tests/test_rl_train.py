@@ -270,6 +270,24 @@ def test_a_step_keeps_its_entropy_bonus_to_itself(prepared, tmp_path):
     assert trainer.tc is cfg.train and trainer.tc.entropy_coef == 0.001
 
 
+def vocabulary_exps(trainer: train.Trainer, batch, tc) -> int:
+    """How many exps over the whole vocabulary (an entropy's softmax) one update of `batch` runs."""
+    vocab = trainer.policy.get_output_embeddings().weight.shape[0]
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        rl_update.update(trainer.learner, batch, tc, trainer.amp)
+    exps = [e for e in prof.events() if e.name == "aten::exp" and e.input_shapes]
+    return sum(1 for e in exps if e.input_shapes[0][-1:] == [vocab])
+
+
+def test_the_entropy_over_the_vocabulary_is_computed_only_for_an_entropy_bonus(prepared, tmp_path):
+    """Without an entropy bonus the update skips the entropy (an exp and a product over the vocabulary per token)."""
+    cfg = parse_config(small_raw(fresh(prepared, tmp_path), steps=1, eval_every=0, questions_per_step=3))
+    trainer = train.build_trainer(cfg)
+    batch = signal_batch(trainer, cfg)
+    assert vocabulary_exps(trainer, batch, cfg.train) == 0
+    assert vocabulary_exps(trainer, batch, cfg.train.model_copy(update={"entropy_coef": 0.001})) > 0
+
+
 # Kill -9 at exact points: a real SIGKILL of a real `train` stage process (MLflow store, curve.csv), then resume.
 # The base model is primed enough to search (a model that never searches never meets a retriever tie).
 
