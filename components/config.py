@@ -557,6 +557,9 @@ class TrainConfig(Section):
         "starts from it instead of recomputing them")  # fmt: skip
     trainable_layers: int | None = Field(default=None, ge=1, description="train only the top N decoder layers (+ final norm)")
     gradient_checkpointing: bool = Field(default=False, description="recompute activations in the backward pass")
+    compile: bool = Field(
+        default=False, description="torch.compile the trained decoder layers for the update's forward and backward "
+        "(rollouts stay eager): the first step pays the compilation, cached under .cache/torchinductor")  # fmt: skip
     steps: int = Field(default=200, ge=0)
     max_minutes: float | None = Field(
         default=None, gt=0, description="wall-time budget of one train call: after the step that passes it, evaluate, "

@@ -36,5 +36,6 @@ def apply_defaults(root: str | Path | None = None) -> None:
     os.environ.setdefault("DVC_SITE_CACHE_DIR", str(root / ".cache" / "dvc-site"))
     os.environ.setdefault("HF_HOME", str(root / ".cache" / "huggingface"))
     os.environ.setdefault("RAY_TMPDIR", str(root / ".cache" / "ray"))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root / ".cache" / "torchinductor"))  # train.compile
     if not sys.stderr.isatty():  # progress bars only on a terminal: every tqdm bar created after this is off
         os.environ.setdefault("TQDM_DISABLE", "1")  # (tqdm reads TQDM_* defaults when it is first imported)

@@ -551,6 +551,33 @@ def test_a_time_budget_stops_after_the_step_that_passes_it_and_the_next_call_res
     assert result["steps"] == 2.0 and ckpt.latest(root).name == "step-00000002"
 
 
+@pytest.mark.slow  # a C++ compilation of the trained layers (about 30 s on a cold cache)
+def test_compiled_layers_update_like_eager_and_resume_to_the_same_weights(prepared, tmp_path, monkeypatch):
+    """train.compile: the update runs the trained layers through torch.compile, from the kept frozen output or from
+    the tokens, with eager's loss and gradient norm to float error; a run stopped after every step (train.max_minutes)
+    and resumed ends on the weights of an uninterrupted one."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    over = dict(steps=3, eval_every=0, checkpoint_every=1, trainable_layers=1, compile=True,
+                entropy_coef=0.01)  # a gradient without rewards
+    runs = {}
+    for name, extra in {"eager": {"compile": False}, "compiled": {}, "from tokens": {"keep_frozen_hidden": False}}.items():
+        art = fresh(prepared, tmp_path / name)
+        rec = Recorder()
+        train.run(parse_config(small_raw(art, **{**over, **extra})), rec)
+        runs[name] = rec.metrics, _weights(art)
+    eager, _ = runs["eager"]
+    for name in ("compiled", "from tokens"):
+        metrics, weights = runs[name]
+        assert eager[1]["train/grad_norm"] > 0
+        for key in ("train/pg_loss", "train/grad_norm"):  # step 1: the same episodes (the base policy's rollout)
+            assert metrics[1][key] == pytest.approx(eager[1][key], rel=1e-4, abs=1e-7), (name, key)
+        assert not _same_weights(weights, runs["eager"][1])  # the compiled kernels ran: other roundings
+    art = fresh(prepared, tmp_path / "resumed")
+    for _ in range(3):  # one step a call: each passes the budget, checkpoints and stops
+        train.run(parse_config(small_raw(art, **over, max_minutes=1e-5)), Recorder())
+    assert _same_weights(_weights(art), runs["compiled"][1])
+
+
 def test_keep_best_writes_the_policy_of_the_best_dev_evaluation(tmp_path):
     """train.keep=best: the stage writes the policy of the first evaluation with the best dev EM (the base policy's,
     step 0, included), and that evaluation is its result; the weights equal those of a run stopped at that step.

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+
 import torch
 
-from components.model.top_layers import top_forward
+from components.model.top_layers import below_forward, top_forward
 from components.train.local.batch import Batch
 
 
@@ -15,18 +18,25 @@ def to_front(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     return x.gather(1, cols.view(*cols.shape, *[1] * (x.dim() - 2)).expand_as(x))
 
 
-def response_hidden(model, batch: Batch) -> torch.Tensor:
+def response_hidden(model, batch: Batch, layers: Sequence[Callable] | None = None) -> torch.Tensor:
     """Hidden states at the positions that predict each response token: (B, R, H).
 
     Each row runs with its tokens rolled to the front (its prompt's left padding moved behind its response), so
     causal attention needs no padding mask and SDPA's flash kernel skips the blocks above the diagonal. When the
-    batch carries a frozen layer's input from the rollout, only the layers from there on run."""
+    batch carries a frozen layer's input from the rollout, only the layers from there on run. `layers` stands in
+    for the top decoder layers (the trained ones, compiled: train.compile); the layers below run without grad."""
     P, R = batch.prompt_width, batch.responses.shape[1]
     shift = batch.left_padding
     positions = to_front(batch.position_ids, shift)
+    dec = model.base_model
     if batch.hidden is not None:
         dtype = next(model.parameters()).dtype
-        last = top_forward(model.base_model, to_front(batch.hidden.to(dtype), shift), positions, batch.hidden_layer)
+        last = top_forward(dec, to_front(batch.hidden.to(dtype), shift), positions, batch.hidden_layer, layers)
+    elif layers is not None:
+        first = dec.config.num_hidden_layers - len(layers)
+        with torch.no_grad() if first else nullcontext():  # frozen below the trained layers (freeze_below)
+            hidden = below_forward(dec, to_front(batch.input_ids, shift), positions, first)
+        last = top_forward(dec, hidden, positions, first, layers)
     else:
         last = model.base_model(input_ids=to_front(batch.input_ids, shift), position_ids=positions).last_hidden_state
     # response token j of row i sits at column P - shift[i] + j once rolled; the position before predicts it
@@ -44,13 +54,15 @@ def token_logprobs(logits: torch.Tensor, labels: torch.Tensor,
 
 
 def policy_logprobs(
-    model, batch: Batch, temperature: float = 1.0, mask: torch.Tensor | None = None, entropy: bool = True
+    model, batch: Batch, temperature: float = 1.0, mask: torch.Tensor | None = None, entropy: bool = True,
+    layers: Sequence[Callable] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(log-prob of each response token, entropy of each position or None without `entropy`), both (B, R).
 
     With `mask`, the LM head runs only where mask is 1 (e.g. action tokens under the loss mask); 0 elsewhere.
+    `layers`: the top decoder layers as the update calls them (response_hidden).
     """
-    hidden = response_hidden(model, batch)
+    hidden = response_hidden(model, batch, layers)
     head = model.get_output_embeddings()
     sel = mask.bool() if mask is not None else torch.ones_like(batch.responses, dtype=torch.bool)
     logits = head(hidden[sel]).float()

@@ -30,7 +30,7 @@ from components.data.yes_no import balance_yes_no, without_yes_no
 from components.evaluation.agent_eval import evaluate_agent, summarize
 from components.io import atomic_path
 from components.model.loading import RolloutWeights, autocast, freeze_below, load_model, pick_device
-from components.model.top_layers import frozen_layers
+from components.model.top_layers import compiled_layers, frozen_layers
 from components.retrieval.factory import make_backend
 from components.train.local import checkpoint as ckpt
 from components.train.local.advantages import groups_with_signal, step_config
@@ -123,6 +123,7 @@ class Trainer:
         frozen = frozen_layers(policy, self.tc.trainable_layers)
         keep = frozen and self.tc.keep_frozen_hidden and cfg.rollout.engine == "hf"  # vLLM returns no hidden states
         self.keep_layer = frozen if keep else None
+        self.layers = compiled_layers(policy, self.tc.trainable_layers) if self.tc.compile else None
 
     def rollout_amp(self):
         """Autocast for the rollout when it runs on the policy itself (a bf16 copy, or vLLM, computes in bf16)."""
@@ -134,7 +135,7 @@ class Trainer:
     @property
     def learner(self) -> Learner:
         """What an update changes and reads (components/train/local/update.py)."""
-        return Learner(self.policy, self.trainable, self.opt, self.ref, self.critic, self.critic_opt)
+        return Learner(self.policy, self.trainable, self.opt, self.ref, self.critic, self.critic_opt, self.layers)
 
     # --- one step ------------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ and sequence counts, so the micro-batches' gradients add up to the gradient over
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
@@ -40,6 +40,7 @@ class Learner:
     ref: nn.Module | None = None  # train.kl_coef > 0
     critic: Critic | None = None  # train.algorithm: ppo
     critic_opt: torch.optim.Optimizer | None = None
+    layers: Sequence[Callable] | None = None  # the trained decoder layers compiled (train.compile); None: eager
 
 
 def update(learner: Learner, batch: Batch, tc: TrainConfig,
@@ -64,7 +65,8 @@ def update(learner: Learner, batch: Batch, tc: TrainConfig,
     parts = [(mb, *batch.trimmed(mb)) for mb in micro_batches(batch, rows, tc.micro_batch_size)]  # (rows, b, width)
 
     # The behaviour policy's log-probs. With one epoch the policy has not moved yet: its own (detached) are them.
-    old_logp = behaviour_logprobs(policy, batch, parts, loss_mask, tc.temperature, amp) if tc.ppo_epochs > 1 else None
+    old_logp = (behaviour_logprobs(policy, batch, parts, loss_mask, tc.temperature, amp, learner.layers)
+                if tc.ppo_epochs > 1 else None)  # fmt: skip
 
     policy.train()
     sums = {"pg_loss": 0.0, "ppo_kl": 0.0, "pg_clipfrac": 0.0}  # epoch sums
@@ -83,7 +85,7 @@ def update(learner: Learner, batch: Batch, tc: TrainConfig,
 
             # forward passes: the policy, the frozen reference, the critic
             with amp():
-                logp, entropy = policy_logprobs(policy, b, tc.temperature, mask, entropy=bool(tc.entropy_coef))
+                logp, entropy = policy_logprobs(policy, b, tc.temperature, mask, bool(tc.entropy_coef), learner.layers)
             if ref is not None:
                 with torch.no_grad(), amp():
                     ref_logp, _ = policy_logprobs(ref, b, tc.temperature, mask, entropy=False)
@@ -181,12 +183,13 @@ def critic_values(critic: Critic, batch: Batch, size: int, amp: Callable[[], Abs
 
 @torch.no_grad()
 def behaviour_logprobs(policy: nn.Module, batch: Batch, parts: list, loss_mask: torch.Tensor, temperature: float,
-                       amp: Callable[[], AbstractContextManager]) -> torch.Tensor:  # fmt: skip
+                       amp: Callable[[], AbstractContextManager], layers: Sequence[Callable] | None = None,
+                       ) -> torch.Tensor:  # fmt: skip
     """The policy's log-probs before the first of several epochs moves it: (B, R), 0 off the loss mask."""
     old_logp = torch.zeros_like(batch.response_mask)
     for mb, b, r in parts:
         with amp():
-            old_logp[mb, :r] = policy_logprobs(policy, b, temperature, loss_mask[mb, :r], entropy=False)[0]
+            old_logp[mb, :r] = policy_logprobs(policy, b, temperature, loss_mask[mb, :r], False, layers)[0]
     return old_logp
 
 
