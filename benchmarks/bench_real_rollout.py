@@ -134,15 +134,21 @@ def update_flops(trainer, trajs) -> float:
     return 2.0 * (tokens * (body + 2 * body_trained) + 3 * actions * head)
 
 
-def rl_step(cfg, questions, group: int) -> dict:
+def rl_steps(cfg, questions, group: int, steps: int) -> list[dict]:
+    """`steps` RL steps of one trainer (with train.compile the first pays the compilation)."""
     cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={
         "questions_per_step": len(questions), "group_size": group, "entropy_coef": 1e-9})})  # fmt: skip
     policy, tok = load_model(artifacts.base_model(cfg), cfg, pick_device(cfg))
     trainer = Trainer(cfg, policy, tok, make_backend(cfg), questions, {}, artifacts.base_model(cfg))
     try:
-        metrics, trajs = trainer.step(0)
+        return [{"step": step, "compile": cfg.train.compile, **step_row(trainer, *trainer.step(step))}
+                for step in range(steps)]  # fmt: skip
     finally:
         trainer.actor.close()
+
+
+def step_row(trainer, metrics: dict, trajs) -> dict:
+    policy, cfg = trainer.policy, trainer.cfg
     tokens = sum(len(t.input_ids) for t in trajs)
     # the update's matmuls are prefill-shaped: their ceiling is a wide GEMM at the trainer's precision
     gflops, _ = gemm_ceiling(policy, 2048, torch.bfloat16 if uses_autocast(cfg, policy.device) else torch.float32)
@@ -153,7 +159,8 @@ def rl_step(cfg, questions, group: int) -> dict:
             "update_floor_s": floor_s}  # fmt: skip
 
 
-def bench_model(name: str, sets: list[str], batches: list[int], group: int, rl_questions: int, engines: list[str]) -> list[dict]:
+def bench_model(name: str, sets: list[str], batches: list[int], group: int, rl_questions: int, engines: list[str],
+                rl_step_count: int = 1) -> list[dict]:  # fmt: skip
     overrides = dict(s.split("=", 1) for s in sets if s)
     cfg = load_config("params.yaml", {k: yaml.safe_load(v) for k, v in overrides.items()})
     device = pick_device(cfg)
@@ -194,8 +201,9 @@ def bench_model(name: str, sets: list[str], batches: list[int], group: int, rl_q
             runners["vllm"].close()
     if rl_questions:
         qs = random.Random(7).sample(train_qs, rl_questions)
-        rows.append({"model": name, "rl_step": f"{rl_questions}x{group}", **rl_step(cfg, qs, group)})
-        print(json.dumps(rows[-1]), flush=True)
+        for row in rl_steps(cfg, qs, group, rl_step_count):
+            rows.append({"model": name, "rl_step": f"{rl_questions}x{group}", **row})
+            print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -221,9 +229,10 @@ def markdown(rows: list[dict], header: str) -> str:
                        f"{p['sample']} | {p['bookkeeping']} | {p['tools']} | {r['prefilled']} / {r['generated']} |")
     steps = [r for r in rows if "rl_step" in r]
     if steps:
-        out += ["", "| model | RL step | engine | rollout s | update s | step s | update tok/s | update GFLOP (floor) "
-                "| wide GEMM GFLOP/s | update floor s |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-        out += [f"| {r['model']} | {r['rl_step']} | {r['engine']} | {r['rollout_s']:.1f} | {r['update_s']:.1f} | "
+        out += ["", "| model | RL step | step | compile | engine | rollout s | update s | step s | update tok/s "
+                "| update GFLOP (floor) | wide GEMM GFLOP/s | update floor s |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        out += [f"| {r['model']} | {r['rl_step']} | {r['step']} | {r['compile']} | {r['engine']} | {r['rollout_s']:.1f} | {r['update_s']:.1f} | "
                 f"{r['step_s']:.1f} | {r['update_tok_s']:.0f} | {r['update_gflop']:.0f} | {r['update_gemm_gflops']:.0f} | "
                 f"{r['update_floor_s']:.1f} |" for r in steps]  # fmt: skip
     starts = {r["model"]: r["startup_s"] for r in rows if r.get("startup_s")}
@@ -242,13 +251,15 @@ def main() -> None:
     ap.add_argument("--batches", type=int, nargs="*", default=[16, 64, 128], help="episodes a rollout (none: the RL step alone)")
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--rl-questions", type=int, default=8, help="questions of the timed RL step (0: none)")
+    ap.add_argument("--rl-steps", type=int, default=1, help="RL steps timed one after another (train.compile: the "
+                    "first compiles)")  # fmt: skip
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     rows = []
     for name in args.models:
         sets = {"real": args.real_params, "qwen": args.qwen_params}.get(name, args.tiny_params)
-        rows += bench_model(name, sets, args.batches, args.group, args.rl_questions, args.engines)
+        rows += bench_model(name, sets, args.batches, args.group, args.rl_questions, args.engines, args.rl_steps)
     commit = git_commit()
     header = f"Machine: {cpu_line()}, {torch.get_num_threads()} threads{gpu_line()}. Date: {datetime.date.today()}. Commit: {commit}."
     print(markdown(rows, header))
