@@ -710,7 +710,8 @@ class Config(Section):
                             ("train.max_minutes", self.train.max_minutes is not None),
                             ("train.curriculum.steps", self.train.curriculum.steps > 0),
                             ("train.keep", self.train.keep == "best"),
-                            ("train.kl_on", self.train.kl_on == "wrong")):  # fmt: skip
+                            ("train.kl_on", self.train.kl_on == "wrong"),
+                            ("train.compile", self.train.compile)):  # fmt: skip
                 if on:
                     raise ValueError(f"{key} is a local-trainer knob: train.backend=verl does not implement it")
         return self

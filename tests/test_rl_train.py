@@ -667,6 +667,13 @@ def test_the_verl_backend_refuses_a_time_budget(tmp_path):
         parse_config(raw)
 
 
+def test_the_verl_backend_refuses_the_compiled_update(tmp_path):
+    raw = small_raw(tmp_path, compile=True)
+    raw["train"]["backend"] = "verl"
+    with pytest.raises(ValueError, match="train.compile is a local-trainer knob"):
+        parse_config(raw)
+
+
 def test_the_verl_backend_refuses_a_curriculum(tmp_path):
     raw = small_raw(tmp_path, curriculum={"steps": 5})
     raw["train"]["backend"] = "verl"
