@@ -38,7 +38,7 @@ def response_hidden(model, batch: Batch, layers: Sequence[Callable] | None = Non
             hidden = below_forward(dec, to_front(batch.input_ids, shift), positions, first)
         last = top_forward(dec, hidden, positions, first, layers)
     else:
-        last = model.base_model(input_ids=to_front(batch.input_ids, shift), position_ids=positions).last_hidden_state
+        last = dec(input_ids=to_front(batch.input_ids, shift), position_ids=positions).last_hidden_state
     # response token j of row i sits at column P - shift[i] + j once rolled; the position before predicts it
     cols = (P - shift - 1)[:, None] + torch.arange(R, device=last.device)[None]
     return last.gather(1, cols[..., None].expand(-1, -1, last.shape[-1]))
