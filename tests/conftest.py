@@ -22,7 +22,8 @@ gc.disable()  # collection imports the whole stack; collecting meanwhile frees n
 
 _es_fixtures = ROOT / "tests" / "es_fixtures.py"
 pytest_plugins = (["tests.es_fixtures"] if _es_fixtures.exists() else []) + [
-    "tests.browser", "tests.verl_fixtures", "tests.evaluated_project", "tests.built_project", "tests.timeline"]
+    "tests.browser", "tests.verl_fixtures", "tests.evaluated_project", "tests.built_project", "tests.real_conversion",
+    "tests.timeline"]
 
 
 @pytest.fixture

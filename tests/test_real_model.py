@@ -1,13 +1,12 @@
 """Smoke test of the real model (SmolLM2-135M-Instruct from the pinned package): its chat template drives
 multi-turn rollouts over real HotpotQA paragraphs, the action mask is 1 exactly on generated tokens, one GRPO
 update moves the policy towards a rewarded episode, and 4 questions are evaluated. The module converts the pinned
-GGUF once, on a pseudo-terminal, so the conversion's progress bar is checked on the same run."""
+GGUF once per test run, on a pseudo-terminal (tests/real_conversion.py), so the conversion's progress bar is checked on
+the same run."""
 
 from __future__ import annotations
 
 import copy
-import json
-import sys
 
 import pytest
 import torch
@@ -28,29 +27,18 @@ from components.rollout.episode_setup import make_env
 from components.evaluation.agent_eval import evaluate_agent, summarize
 from tests.reference_rollout import reference_rollout
 from tests.conftest import ROOT as repo_root
-from tests.terminal import in_pty, terminal_env
 
 pytestmark = pytest.mark.slow
 
 
-MATERIALISE = """
-import json, sys
-from pathlib import Path
-from components.env import apply_defaults
-apply_defaults()
-from components.config import load_config
-from components.base_model.source import materialise
-materialise(load_config(sys.argv[1], json.loads(sys.argv[2])).model, Path(sys.argv[3]))
-"""
-
-
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
-    """The real profile in a temp project: 6 HotpotQA questions, their paragraphs indexed, the model converted
-    (into an empty cache, so it really converts) by a process on a pseudo-terminal; yields what that terminal showed."""
+def real(tmp_path_factory, real_conversion):
+    """The real profile in a temp project: 6 HotpotQA questions, their paragraphs indexed, the model from the test
+    run's conversion (into an empty cache, by a process on a pseudo-terminal); yields what that terminal showed."""
     root = tmp_path_factory.mktemp("real")
     overrides = {
-        "profile": "real", "project.artifacts_dir": str(root / "artifacts"), "model.cache_dir": str(root / "cache"),
+        "profile": "real", "project.artifacts_dir": str(root / "artifacts"),
+        "model.cache_dir": str(real_conversion.cache_dir),
         "rollout.engine": "hf",  # this module checks the transformers engine; tests/test_vllm_engine.py checks vLLM
         "agent.max_turns": 2, "agent.max_tokens_per_turn": 16, "train.questions_per_step": 2, "train.group_size": 2,
     }  # fmt: skip
@@ -61,12 +49,10 @@ def real(tmp_path_factory):
     backend = make_backend(cfg)
     backend.build(questions[0].corpus, table.passages)  # the 6 questions' 60 paragraphs
     base = root / "artifacts" / "models" / "base"
-    cmd = [sys.executable, "-c", MATERIALISE, str(repo_root / "params.yaml"), json.dumps(overrides), str(base)]
-    shown = in_pty(cmd, root, terminal_env(root))
-    info = materialise(cfg.model, base)  # from the cache the process filled
+    info = materialise(cfg.model, base)  # from the cache the converting process filled
     policy, tok = load_model(base, cfg, torch.device("cpu"))
     torch.manual_seed(0)
-    yield cfg, questions, backend, policy, tok, info, shown
+    yield cfg, questions, backend, policy, tok, info, real_conversion.shown
     backend.close()
 
 

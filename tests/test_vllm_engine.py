@@ -75,10 +75,11 @@ def test_the_fixture_waits_for_a_running_install_and_not_for_a_finished_one(tmp_
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
+def real(tmp_path_factory, real_conversion):
     root = tmp_path_factory.mktemp("vllm")
     overrides = {
-        "profile": "real", "project.artifacts_dir": str(root / "artifacts"),  # the project's model cache: converted once
+        "profile": "real", "project.artifacts_dir": str(root / "artifacts"),
+        "model.cache_dir": str(real_conversion.cache_dir),  # the test run's one conversion (tests/real_conversion.py)
         "rollout.engine": "vllm", "train.rollout_engine": "vllm", "rollout.vllm.kv_cache_mb": 512, "agent.max_turns": 2,
         "agent.max_tokens_per_turn": 24, "train.questions_per_step": 2, "train.group_size": 2,
     }  # fmt: skip
