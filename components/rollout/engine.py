@@ -9,7 +9,8 @@ prefill, copied into their rows.
 
 The contract: the action mask (model tokens 1, everything inserted 0), per-token behaviour log-probs, a turn ends
 on the template's end-of-turn ids or its token budget, the observation is inserted through the chat template,
-per-turn wall-clock times for traces, and the same episodes from the same (generator seed, questions).
+per-turn wall-clock times for traces, and the same episodes from the same (generator seed, questions, rollout
+settings); greedy episodes whatever the row budget.
 """
 
 from __future__ import annotations
