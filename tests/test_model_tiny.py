@@ -3,6 +3,7 @@ format priming data that never reads gold labels, and the stage's resolve path f
 
 import json
 import random
+from contextlib import nullcontext
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -11,7 +12,7 @@ from components.agent.prompts import render_tool_turn
 from components.config import parse_config
 from components.data.synthetic import words
 from components.base_model import base_model
-from components.base_model.priming import PrimeResult, Sequence_, lm_step, make_transcripts, prime, probe
+from components.base_model.priming import PrimeResult, Sequence_, lm_step, make_transcripts, prime, probe, sft_step
 from components.config import PrimingConfig
 from components.model.tiny import CALL_CLOSE, CALL_OPEN
 from tests.toy import make_toy
@@ -115,6 +116,35 @@ def test_lm_step_in_micro_batches_by_length_gives_the_same_loss_and_gradient(tmp
     (whole, g_whole), (parts, g_parts) = grads
     assert torch.allclose(whole, parts, atol=1e-6)
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(g_whole, g_parts))
+
+
+def test_sft_step_backpropagates_each_micro_batch_and_takes_lm_steps_step(tmp_path):
+    """sft_step in micro-batches (each backpropagated at once, to hold one micro-batch's activations) returns
+    lm_step's loss and moves the weights as one backward of lm_step's whole-batch loss does."""
+    toy = make_toy(tmp_path, seed=0)
+    _, seqs = _transcripts(toy, n=12)
+    batch = [s.cut(random.Random(i)) for i, s in enumerate(seqs)]
+    start = [p.detach().clone() for p in toy.model.parameters()]
+    after = []
+    for micro in (None, 3):
+        with torch.no_grad():
+            for p, s in zip(toy.model.parameters(), start):
+                p.copy_(s)
+        params = list(toy.model.parameters())
+        opt = torch.optim.SGD(params, lr=0.5)
+        if micro is None:  # the reference: one backward of lm_step's mean loss
+            opt.zero_grad()
+            loss = lm_step(toy.model, batch, toy.chat.pad_id, "cpu")
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1e9)
+            opt.step()
+            loss = float(loss)
+        else:
+            loss = sft_step(toy.model, opt, params, batch, toy.chat.pad_id, "cpu", nullcontext(), micro, 1e9)  # no clipping: the scale shows
+        after.append((loss, [p.detach().clone() for p in params]))
+    (ref_loss, ref), (loss, got) = after
+    assert abs(ref_loss - loss) < 1e-5 and any(not torch.equal(a, b) for a, b in zip(ref, start))
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(ref, got))
 
 
 def test_priming_phases_end_when_their_probe_passes_or_at_their_cap(tmp_path):

@@ -188,14 +188,24 @@ def lm_step(model, batch: list[Sequence_], pad_id: int, device, micro_size: int 
 def sft_step(model, opt, params, batch: list[Sequence_], pad_id: int, device, amp, micro_size: int | None,
              max_grad_norm: float) -> float:  # fmt: skip
     """One optimizer step on `lm_step`'s loss over `batch` under `amp` (an autocast context), gradients of `params`
-    clipped to `max_grad_norm`; returns the loss."""
-    with amp:
-        loss = lm_step(model, batch, pad_id, device, micro_size=micro_size)
+    clipped to `max_grad_norm`; returns the loss. Each micro-batch (by length, as `lm_step`) is backpropagated as
+    it is computed, so only one micro-batch's activations are held; the summed gradients are then divided by the
+    batch's target count, which gives `lm_step`'s gradient."""
+    order = sorted(batch, key=lambda s: len(s.ids))
+    size = micro_size or len(order)
     opt.zero_grad(set_to_none=True)
-    loss.backward()
+    total, count = 0.0, 0
+    for i in range(0, len(order), size):
+        with amp:
+            loss, n = _lm_loss_sum(model, order[i : i + size], pad_id, device)
+        loss.backward()
+        total, count = total + float(loss.detach()), count + n
+    for p in params:
+        if p.grad is not None:
+            p.grad.div_(max(1, count))
     torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
     opt.step()
-    return float(loss.detach())
+    return total / max(1, count)
 
 
 @torch.no_grad()
