@@ -274,11 +274,6 @@ class AgentConfig(Section):
         default=False, description="the question repeated below each search's results (the environment's and the "
         "format warm-up's): the model reads them with the question last, as in naive RAG's prompt",
     )  # fmt: skip
-    observation_memory: bool = Field(
-        default=False, description="each of the agent's own searches that finds passages shows every passage the "
-        "episode has been shown so far (the forced first read's too), each once, in the order first shown: the "
-        "last observation holds all of them, for a reader that answers from its last observation",
-    )  # fmt: skip
     reward: RewardConfig = RewardConfig()
 
     def own_top_k(self, top_k: int) -> int:
@@ -711,7 +706,6 @@ class Config(Section):
         if self.train.backend == "verl":
             for key, on in (("agent.force_first_search", self.agent.force_first_search),
                             ("agent.observation_question", self.agent.observation_question),
-                            ("agent.observation_memory", self.agent.observation_memory),
                             ("train.entropy_floor", self.train.entropy_floor is not None),
                             ("train.max_minutes", self.train.max_minutes is not None),
                             ("train.curriculum.steps", self.train.curriculum.steps > 0),

@@ -177,7 +177,7 @@ def test_a_huge_bad_value_is_cut_in_the_message(repo_root):
 
 
 @pytest.mark.parametrize("key,value", [("agent.force_first_search", True), ("agent.observation_question", True),
-                                       ("agent.observation_memory", True), ("train.entropy_floor", 0.5)])  # fmt: skip
+                                       ("train.entropy_floor", 0.5)])  # fmt: skip
 def test_local_trainer_knobs_are_refused_for_verl(repo_root, key, value):
     with pytest.raises(ConfigError, match=f"{key} is a local-trainer knob"):
         load_config(repo_root / "params.yaml", {"train.backend": "verl", key: value})

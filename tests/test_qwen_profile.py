@@ -128,40 +128,6 @@ def test_the_question_below_each_searchs_results(chat, tok, qwen_cfg, tmp_path):
     backend.close()
 
 
-def test_observation_memory_shows_every_passage_shown_so_far(chat, qwen_cfg, tmp_path):
-    """agent.observation_memory: each own search that finds passages lists every passage the episode was shown,
-    the forced first read's included, each once, in the order first shown and ranked from 1, then the question;
-    off, a search shows its own results only."""
-    passages = PASSAGES + [Passage("p3", "Virginia", "Virginia is a state of the United States.", "w")]
-    backend = EmbeddedBackend(tmp_path / "idx", seed=0)
-    backend.build("w", passages)
-    agent = qwen_cfg.agent.model_copy(update={"force_first_search": True, "first_search_at": "question_turn",
-                                              "observation_question": True, "search_top_k": 1,
-                                              "observation_memory": True})  # fmt: skip
-    episodes = episode_setup(chat.tok, backend, [Q], agent, 2)
-    episodes.prompts([Q])
-    env = episodes.env
-    search = env.toolsets["w"]["search"]
-    first = search.execute([{"query": Q.question}], 2)[0]
-    ep = env.reset(Q)
-    assert ep.first_ids == first.doc_ids and list(ep.passages) == list(first.doc_ids)
-
-    def call(query: str) -> str:
-        return f'<tool_call>{{"name": "search", "arguments": {{"query": "{query}"}}}}</tool_call>'
-
-    own = search.execute([{"query": "Virginia state"}])[0]
-    assert own.doc_ids == ("p3",) and len(first.doc_ids) == 2 and "p3" not in first.doc_ids
-    seen = env.step([ep], [call("Virginia state")])[0].observation
-    note = question_note(Q.question)
-    assert seen == f"[1] {first.passages[0]}\n[2] {first.passages[1]}\n[3] {own.passages[0]}{note}"
-    again = env.step([ep], [call("Adriana Trigiani")])[0].observation  # a passage shown before is listed once
-    assert again == seen
-    plain = make_env(backend, [Q], agent.model_copy(update={"observation_memory": False}), 2, chat)
-    searched_prompts([Q], chat, plain, "question_turn")
-    assert plain.step([plain.reset(Q)], [call("Virginia state")])[0].observation == own.text + note
-    backend.close()
-
-
 def test_forced_first_search_in_the_question_turn(chat, tok, qwen_cfg, tmp_path):
     """agent.first_search_at: question_turn: an episode starts from naive RAG's prompt (its results above the
     question), the environment counts those passages as seen, and the agent's own searches still show the question

@@ -211,29 +211,6 @@ def test_the_agents_own_searches_show_search_top_k_results(shipped):
     assert all(t.count("[1] ") == t.count("<tool_call>") and "[2] " not in t for t in searched), searched[:2]
 
 
-def test_under_observation_memory_each_own_search_shows_every_passage_so_far(shipped):
-    """The warm-up's transcripts read as the environment's episodes do under agent.observation_memory: the k-th
-    search the model writes lists the forced first read's passages and one more per earlier search of its own."""
-    cfg, train, backend, titles, tok = shipped
-    agent = cfg.agent.model_copy(update={"force_first_search": True, "first_search_at": "question_turn",
-                                         "search_top_k": 1, "observation_memory": True})  # fmt: skip
-    cfg = cfg.model_copy(update={"agent": agent})
-    chat = ChatFormat.for_agent(tok, cfg.agent)
-    made_ = warmup.transcripts(train[:60], backend, chat, cfg, titles, random.Random(0))
-    checked = 0
-    for t in made_:
-        text = chat.tok.decode(t.seq.ids)
-        first, *turns = text.split("<|im_start|>assistant")  # each model turn, then what the environment shows
-        read = re.findall(r"^\[\d+\] (.*)$", first, re.M)  # the forced first read's passages
-        for k, results in enumerate(turns[:-1], 1):  # the last turn is the answer
-            ranks, lines = zip(*re.findall(r"^\[(\d+)\] (.*)$", results, re.M))
-            assert ranks == tuple(str(i) for i in range(1, len(ranks) + 1)) and len(read) <= len(ranks) <= len(read) + k
-            end = "<|im_end|>"  # the last line of a turn carries its end
-            assert [x.removesuffix(end) for x in lines[: len(read)]] == [x.removesuffix(end) for x in read], results
-            checked += 1
-    assert checked >= len(made_) // 4 > 0, checked
-
-
 # --- the measured stop ---------------------------------------------------------------------------------------
 
 

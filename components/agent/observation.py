@@ -19,18 +19,13 @@ def escape(text: str) -> str:
     return html.escape(text, quote=False)
 
 
-def passage_text(hit: Hit, cut: Callable[[str], str] | None = None) -> str:
-    """One passage as shown, without its rank; `cut` shortens its text (e.g. to a token budget) before escaping."""
-    return f"{escape(hit.title)}: {escape(cut(hit.text) if cut else hit.text)}"
-
-
-def numbered(passages: Sequence[str]) -> str:
-    """Passages (`passage_text`) as a result list, ranked from 1."""
-    return "\n".join(f"[{i}] {p}" for i, p in enumerate(passages, 1))
+def format_hit(rank: int, hit: Hit, cut: Callable[[str], str] | None = None) -> str:
+    return f"[{rank}] {escape(hit.title)}: {escape(cut(hit.text) if cut else hit.text)}"
 
 
 def format_hits(hits: Sequence[Hit], cut: Callable[[str], str] | None = None) -> str:
-    return numbered([passage_text(h, cut) for h in hits])
+    """`cut` shortens each passage's text (e.g. to a token budget) before it is escaped."""
+    return "\n".join(format_hit(i, h, cut) for i, h in enumerate(hits, 1))
 
 
 def question_note(question: str) -> str:

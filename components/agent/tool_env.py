@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from components.agent.observation import error_observation, numbered, question_note, shown_results
+from components.agent.observation import error_observation, question_note, shown_results
 from components.agent.parser import Action, Answer, Malformed, ToolCall, parse_turn
 from components.agent.rewards import exact_match, f1, outcome_reward, process_reward, sub_exact_match, unearned_bonus
 from components.agent.tools import Tool, ToolResult, validate_arguments
@@ -32,7 +32,6 @@ class Episode:
     first_search: str | None = None  # the observation of the environment's own first search (in the prompt)
     first_ids: tuple[str, ...] = ()  # the passages it returned
     calls: list[tuple[bool, tuple[str, ...]]] = field(default_factory=list)  # (valid, passage ids) of each call
-    passages: dict[str, str] = field(default_factory=dict)  # passage id -> its text as shown, in the order first shown
     process_rewards: list[float] = field(default_factory=list)  # one per non-answer turn
     outcome: float = 0.0
     log: list[tuple[str, str]] = field(default_factory=list)  # (role, text) for readable trajectories
@@ -114,7 +113,6 @@ class ToolEnv:
         if first is not None:
             ep.first_search, ep.first_ids = self.observation(question, first.text), first.doc_ids
             ep.seen_ids.update(first.doc_ids)
-            ep.passages.update(zip(first.doc_ids, first.passages))
         return ep
 
     def observation(self, question: Question, results: str) -> str:
@@ -163,10 +161,7 @@ class ToolEnv:
             reward = process_reward(True, result.doc_ids, ep.seen_ids, ep.question.supporting_ids, w)
             ep.seen_ids.update(result.doc_ids)
             ep.calls.append((True, result.doc_ids))
-            for doc_id, text in zip(result.doc_ids, result.passages):
-                ep.passages.setdefault(doc_id, text)
-            shown = numbered(list(ep.passages.values())) if self.cfg.observation_memory and result.doc_ids else result.text
-            observation = self.observation(ep.question, shown)
+            observation = self.observation(ep.question, result.text)
         else:
             reward = process_reward(False, (), ep.seen_ids, ep.question.supporting_ids, w)
             ep.calls.append((False, ()))

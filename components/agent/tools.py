@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import jsonschema
 
-from components.agent.observation import error_observation, numbered, passage_text
+from components.agent.observation import error_observation, format_hits
 from components.retrieval.base import SearchBackend, SearchError
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,6 @@ class ToolResult:
     text: str  # observation content shown to the model (already escaped)
     success: bool
     doc_ids: tuple[str, ...] = field(default=())  # passages returned, for process rewards
-    passages: tuple[str, ...] = field(default=())  # each one's text as shown (`passage_text`), in doc_ids' order
 
 
 @runtime_checkable
@@ -101,6 +100,5 @@ class SearchTool:
             if not hits:
                 results.append(ToolResult("No results.", True))
             else:
-                shown = tuple(passage_text(h, self.cut) for h in hits)
-                results.append(ToolResult(numbered(shown), True, tuple(h.id for h in hits), shown))
+                results.append(ToolResult(format_hits(hits, self.cut), True, tuple(h.id for h in hits)))
         return results

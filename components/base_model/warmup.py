@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import torch
 from tqdm import tqdm
 
-from components.agent.observation import format_hits, numbered, passage_text, shown_results
+from components.agent.observation import format_hits, shown_results
 from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, call_text
 from components.config import Config
 from components.data.schema import Question
@@ -151,7 +151,6 @@ class _Draft:
     last: list[str] = field(default_factory=list)  # the names the last results showed
     linked: list[str] = field(default_factory=list)  # names shown in a passage about an entity asked about
     content: list[int] = field(default_factory=list)
-    passages: dict[str, str] = field(default_factory=dict)  # every passage shown so far (agent.observation_memory)
     ok: bool = True
 
     def add_turn(self, ids: list[int], targets: list[int], teach_content: bool) -> None:
@@ -206,10 +205,6 @@ def _write_search(d: _Draft, shown: list[Hit], chat: ChatFormat, cfg: Config, cu
                   by_env: bool) -> None:  # fmt: skip
     """A search and its results: the environment's forced first search is all prompt, the model's call is taught."""
     results = format_hits(shown, cut)
-    for h in shown:
-        d.passages.setdefault(h.id, passage_text(h, cut))
-    if cfg.agent.observation_memory and not by_env:  # as the environment shows the agent's own searches
-        results = numbered(list(d.passages.values()))
     if by_env and cfg.agent.first_search_at == "question_turn":  # the results above the question
         d.ids, d.targets = [], []
         d.add_prompt(question_turn_prompt(chat, d.q.question, results))
