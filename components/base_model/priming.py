@@ -179,25 +179,28 @@ def _lm_loss_sum(model, batch: list[Sequence_], pad_id: int, device) -> tuple[to
 def lm_step(model, batch: list[Sequence_], pad_id: int, device, micro_size: int | None = None) -> torch.Tensor:
     """Mean loss over the batch's target tokens (see `_lm_loss_sum`). With `micro_size`, the sequences run in
     micro-batches of similar length, so little compute goes to padding; the loss is the same."""
+    parts = [_lm_loss_sum(model, micro, pad_id, device) for micro in _by_length(batch, micro_size)]
+    return sum(loss for loss, _ in parts) / max(1, sum(n for _, n in parts))
+
+
+def _by_length(batch: list[Sequence_], micro_size: int | None) -> list[list[Sequence_]]:
+    """`batch` in micro-batches of `micro_size` sequences of similar length (one micro-batch without a size)."""
     order = sorted(batch, key=lambda s: len(s.ids))
     size = micro_size or len(order)
-    parts = [_lm_loss_sum(model, order[i : i + size], pad_id, device) for i in range(0, len(order), size)]
-    return sum(loss for loss, _ in parts) / max(1, sum(n for _, n in parts))
+    return [order[i : i + size] for i in range(0, len(order), size)]
 
 
 def sft_step(model, opt, params, batch: list[Sequence_], pad_id: int, device, amp, micro_size: int | None,
              max_grad_norm: float) -> float:  # fmt: skip
     """One optimizer step on `lm_step`'s loss over `batch` under `amp` (an autocast context), gradients of `params`
-    clipped to `max_grad_norm`; returns the loss. Each micro-batch (by length, as `lm_step`) is backpropagated as
+    clipped to `max_grad_norm`; returns the loss. Each micro-batch (`_by_length`, as in `lm_step`) is backpropagated as
     it is computed, so only one micro-batch's activations are held; the summed gradients are then divided by the
     batch's target count, which gives `lm_step`'s gradient."""
-    order = sorted(batch, key=lambda s: len(s.ids))
-    size = micro_size or len(order)
     opt.zero_grad(set_to_none=True)
     total, count = 0.0, 0
-    for i in range(0, len(order), size):
+    for micro in _by_length(batch, micro_size):
         with amp:
-            loss, n = _lm_loss_sum(model, order[i : i + size], pad_id, device)
+            loss, n = _lm_loss_sum(model, micro, pad_id, device)
         loss.backward()
         total, count = total + float(loss.detach()), count + n
     for p in params:
