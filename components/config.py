@@ -274,6 +274,10 @@ class AgentConfig(Section):
         default=False, description="the question repeated below each search's results (the environment's and the "
         "format warm-up's): the model reads them with the question last, as in naive RAG's prompt",
     )  # fmt: skip
+    observation_first_read: bool = Field(
+        default=False, description="each of the agent's own searches shows its passages, then the forced first "
+        "search's that it did not return: the latest results always hold naive RAG's passages too",
+    )  # fmt: skip
     reward: RewardConfig = RewardConfig()
 
     def own_top_k(self, top_k: int) -> int:
@@ -284,6 +288,9 @@ class AgentConfig(Section):
     def _first_search_at(self) -> AgentConfig:
         if self.first_search_at != "tool_response" and not self.force_first_search:
             raise ValueError(f"agent.first_search_at: {self.first_search_at} places the forced first search; "
+                             "set agent.force_first_search: true with it")  # fmt: skip
+        if self.observation_first_read and not self.force_first_search:
+            raise ValueError("agent.observation_first_read shows the forced first search's passages again; "
                              "set agent.force_first_search: true with it")  # fmt: skip
         return self
 

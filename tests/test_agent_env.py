@@ -117,6 +117,27 @@ def test_support_recall_and_answer_seen_follow_the_searches(backend):
     assert env.reset(Question("q2", "Who?", ["x"], "w", "dev", [], "w")).support_recall is None
 
 
+def test_under_observation_first_read_own_results_end_with_the_first_reads_other_passages(backend):
+    """agent.observation_first_read: an own search's passages first, then those of the forced first search it did
+    not return, numbered on; without it, the search's own passages alone."""
+    cfg = AgentConfig(max_turns=3, force_first_search=True, observation_first_read=True)
+    tools = {"w": [SearchTool(backend, "w", 1)]}
+    env = ToolEnv(tools, cfg, first_top_k=2)
+    first = env.first_search([Q])[0]
+    ep = env.reset(Q)
+    assert len(first.doc_ids) == 2 and ep.first_entries == first.entries
+    own = env.step([ep], [call("Kelitu mentor")])[0].observation
+    found = env.toolsets["w"]["search"].execute([{"query": "Kelitu mentor"}])[0]
+    rest = [e for e, i in zip(first.entries, first.doc_ids) if i not in found.doc_ids]
+    assert own == "\n".join(f"[{n}] {e}" for n, e in enumerate([*found.entries, *rest], 1))
+    assert rest  # the first read showed a passage this search did not
+    plain = ToolEnv(tools, cfg.model_copy(update={"observation_first_read": False}), first_top_k=2)
+    plain.first_search([Q])
+    assert plain.step([plain.reset(Q)], [call("Kelitu mentor")])[0].observation == found.text
+    with pytest.raises(ValueError, match="agent.force_first_search"):
+        AgentConfig(observation_first_read=True)
+
+
 def test_unknown_corpus_is_a_clear_error(backend):
     with pytest.raises(KeyError, match="corpus"):
         make_env(backend).reset(Question("q", "?", ["a"], "d", "dev", [], "nowhere"))

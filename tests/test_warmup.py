@@ -211,6 +211,26 @@ def test_the_agents_own_searches_show_search_top_k_results(shipped):
     assert all(t.count("[1] ") == t.count("<tool_call>") and "[2] " not in t for t in searched), searched[:2]
 
 
+def test_under_observation_first_read_the_agents_searches_show_the_first_reads_passages_again(shipped):
+    """Under agent.observation_first_read the warm-up's transcripts read as the environment's episodes do: each
+    search the model writes shows its one result, then the first search's passages it did not return."""
+    cfg, train, backend, titles, tok = shipped
+    agent = cfg.agent.model_copy(update={"force_first_search": True, "first_search_at": "question_turn",
+                                         "search_top_k": 1, "observation_first_read": True})  # fmt: skip
+    cfg = cfg.model_copy(update={"agent": agent})
+    chat = ChatFormat.for_agent(tok, cfg.agent)
+    made_ = warmup.transcripts(train[:60], backend, chat, cfg, titles, random.Random(0))
+    searched = 0
+    for t in made_:
+        start = t.seq.targets.index(1)
+        first = chat.tok.decode(t.seq.ids[:start]).split("Search results:\n", 1)[1].split("\n\n", 1)[0]
+        first_passages = [line.split("] ", 1)[1] for line in first.split("\n")]
+        for shown in chat.tok.decode(t.seq.ids[start:]).split("<|im_start|>tool\n")[1:]:  # SmolLM2's tool turn
+            passages = [line.split("] ", 1)[1] for line in shown.split("<|im_end|>")[0].split("\n")]
+            assert passages[1:] == [p for p in first_passages if p != passages[0]], (passages, first_passages)
+            searched += 1
+    assert searched >= len(made_) // 4, searched
+
 # --- the measured stop ---------------------------------------------------------------------------------------
 
 

@@ -19,13 +19,28 @@ def escape(text: str) -> str:
     return html.escape(text, quote=False)
 
 
+def format_entry(hit: Hit, cut: Callable[[str], str] | None = None) -> str:
+    """One passage as shown, without its rank; `cut` shortens its text (e.g. to a token budget) before escaping."""
+    return f"{escape(hit.title)}: {escape(cut(hit.text) if cut else hit.text)}"
+
+
+def numbered(entries: Sequence[str]) -> str:
+    return "\n".join(f"[{i}] {e}" for i, e in enumerate(entries, 1))
+
+
 def format_hit(rank: int, hit: Hit, cut: Callable[[str], str] | None = None) -> str:
-    return f"[{rank}] {escape(hit.title)}: {escape(cut(hit.text) if cut else hit.text)}"
+    return f"[{rank}] {format_entry(hit, cut)}"
 
 
 def format_hits(hits: Sequence[Hit], cut: Callable[[str], str] | None = None) -> str:
-    """`cut` shortens each passage's text (e.g. to a token budget) before it is escaped."""
-    return "\n".join(format_hit(i, h, cut) for i, h in enumerate(hits, 1))
+    return numbered([format_entry(h, cut) for h in hits])
+
+
+def with_first_read(entries: Sequence[str], ids: Sequence[str], first_entries: Sequence[str],
+                    first_ids: Sequence[str]) -> str:  # fmt: skip
+    """A search's passages, then the forced first search's that it did not return, numbered on
+    (`agent.observation_first_read`): the latest results always hold naive RAG's passages too."""
+    return numbered([*entries, *(e for e, i in zip(first_entries, first_ids) if i not in set(ids))])
 
 
 def question_note(question: str) -> str:

@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from components.agent.observation import error_observation, question_note, shown_results
+from components.agent.observation import error_observation, question_note, shown_results, with_first_read
 from components.agent.parser import Action, Answer, Malformed, ToolCall, parse_turn
 from components.agent.rewards import exact_match, f1, outcome_reward, process_reward, sub_exact_match, unearned_bonus
 from components.agent.tools import Tool, ToolResult, validate_arguments
@@ -31,6 +31,7 @@ class Episode:
     seen_ids: set[str] = field(default_factory=set)
     first_search: str | None = None  # the observation of the environment's own first search (in the prompt)
     first_ids: tuple[str, ...] = ()  # the passages it returned
+    first_entries: tuple[str, ...] = ()  # and how they were shown
     calls: list[tuple[bool, tuple[str, ...]]] = field(default_factory=list)  # (valid, passage ids) of each call
     process_rewards: list[float] = field(default_factory=list)  # one per non-answer turn
     outcome: float = 0.0
@@ -112,6 +113,7 @@ class ToolEnv:
                              "run: build the prompts with components.rollout.episode_setup")  # fmt: skip
         if first is not None:
             ep.first_search, ep.first_ids = self.observation(question, first.text), first.doc_ids
+            ep.first_entries = first.entries
             ep.seen_ids.update(first.doc_ids)
         return ep
 
@@ -161,7 +163,10 @@ class ToolEnv:
             reward = process_reward(True, result.doc_ids, ep.seen_ids, ep.question.supporting_ids, w)
             ep.seen_ids.update(result.doc_ids)
             ep.calls.append((True, result.doc_ids))
-            observation = self.observation(ep.question, result.text)
+            text = result.text
+            if self.cfg.observation_first_read and result.entries and ep.first_entries:
+                text = with_first_read(result.entries, result.doc_ids, ep.first_entries, ep.first_ids)
+            observation = self.observation(ep.question, text)
         else:
             reward = process_reward(False, (), ep.seen_ids, ep.question.supporting_ids, w)
             ep.calls.append((False, ()))

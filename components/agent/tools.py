@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import jsonschema
 
-from components.agent.observation import error_observation, format_hits
+from components.agent.observation import error_observation, format_entry, numbered
 from components.retrieval.base import SearchBackend, SearchError
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,7 @@ class ToolResult:
     text: str  # observation content shown to the model (already escaped)
     success: bool
     doc_ids: tuple[str, ...] = field(default=())  # passages returned, for process rewards
+    entries: tuple[str, ...] = field(default=())  # each passage as shown, without its rank
 
 
 @runtime_checkable
@@ -100,5 +101,6 @@ class SearchTool:
             if not hits:
                 results.append(ToolResult("No results.", True))
             else:
-                results.append(ToolResult(format_hits(hits, self.cut), True, tuple(h.id for h in hits)))
+                entries = tuple(format_entry(h, self.cut) for h in hits)
+                results.append(ToolResult(numbered(entries), True, tuple(h.id for h in hits), entries))
         return results

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import torch
 from tqdm import tqdm
 
-from components.agent.observation import format_hits, shown_results
+from components.agent.observation import format_entry, format_hits, shown_results, with_first_read
 from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, call_text
 from components.config import Config
 from components.data.schema import Question
@@ -150,6 +150,7 @@ class _Draft:
     query: str  # the next search's query
     last: list[str] = field(default_factory=list)  # the names the last results showed
     linked: list[str] = field(default_factory=list)  # names shown in a passage about an entity asked about
+    first: list[Hit] = field(default_factory=list)  # the environment's first search's results
     content: list[int] = field(default_factory=list)
     ok: bool = True
 
@@ -205,6 +206,11 @@ def _write_search(d: _Draft, shown: list[Hit], chat: ChatFormat, cfg: Config, cu
                   by_env: bool) -> None:  # fmt: skip
     """A search and its results: the environment's forced first search is all prompt, the model's call is taught."""
     results = format_hits(shown, cut)
+    if by_env:
+        d.first = shown
+    elif cfg.agent.observation_first_read and d.first:  # as ToolEnv shows an own search's results
+        results = with_first_read([format_entry(h, cut) for h in shown], [h.id for h in shown],
+                                  [format_entry(h, cut) for h in d.first], [h.id for h in d.first])
     if by_env and cfg.agent.first_search_at == "question_turn":  # the results above the question
         d.ids, d.targets = [], []
         d.add_prompt(question_turn_prompt(chat, d.q.question, results))

@@ -69,7 +69,8 @@ def evaluate_agent(
 ) -> list[AgentResult]:
     """Greedy episodes, at most `batch_tokens` (rows x the longest possible row) in the KV cache at once."""
     if mode != "agent":
-        agent = agent.model_copy(update={"max_turns": 1, "force_first_search": False, "observation_question": False})
+        agent = agent.model_copy(update={"max_turns": 1, "force_first_search": False, "observation_question": False,
+                                         "observation_first_read": False})
     questions = list(questions)
     episodes = episode_setup(tokenizer, backend, questions, agent, top_k, getattr(model, "generation_config", None))
     chat = episodes.chat
