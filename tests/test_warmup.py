@@ -231,6 +231,7 @@ def test_under_observation_first_read_the_agents_searches_show_the_first_reads_p
             searched += 1
     assert searched >= len(made_) // 4, searched
 
+
 # --- the measured stop ---------------------------------------------------------------------------------------
 
 

@@ -28,10 +28,6 @@ def numbered(entries: Sequence[str]) -> str:
     return "\n".join(f"[{i}] {e}" for i, e in enumerate(entries, 1))
 
 
-def format_hit(rank: int, hit: Hit, cut: Callable[[str], str] | None = None) -> str:
-    return f"[{rank}] {format_entry(hit, cut)}"
-
-
 def format_hits(hits: Sequence[Hit], cut: Callable[[str], str] | None = None) -> str:
     return numbered([format_entry(h, cut) for h in hits])
 
@@ -40,7 +36,8 @@ def with_first_read(entries: Sequence[str], ids: Sequence[str], first_entries: S
                     first_ids: Sequence[str]) -> str:  # fmt: skip
     """A search's passages, then the forced first search's that it did not return, numbered on
     (`agent.observation_first_read`): the latest results always hold naive RAG's passages too."""
-    return numbered([*entries, *(e for e, i in zip(first_entries, first_ids) if i not in set(ids))])
+    returned = set(ids)
+    return numbered([*entries, *(e for e, i in zip(first_entries, first_ids) if i not in returned)])
 
 
 def question_note(question: str) -> str:

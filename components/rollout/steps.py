@@ -9,7 +9,7 @@ import re
 from components.agent.turns import turns
 from components.rollout.trajectory import Trajectory
 
-_HIT = re.compile(r"^\[(\d+)\] (.*?): ", re.M)  # components.agent.observation.format_hit
+_HIT = re.compile(r"^\[(\d+)\] (.*?): ", re.M)  # components.agent.observation.numbered(format_entry(...))
 
 
 def hit_titles(observation: str) -> list[str]:
