@@ -149,8 +149,8 @@ dvc-deps: $(VENV)/.installed
 clean:
 	rm -rf artifacts mlflow.db mlartifacts .prefect .cache dvc_plots
 
-# Also stops Elasticsearch and removes its install (1.2 GB: .es/, or the temp dir `scripts/es.sh root` names) and the
-# venvs (vLLM's: 3.1 GB).
+# Also stops Elasticsearch and removes its state and install (1.2 GB: .es/, or the temp dirs `scripts/es.sh root` and
+# `scripts/es.sh home` name) and the venvs (vLLM's: 3.1 GB).
 distclean: clean
 	scripts/es.sh stop
-	rm -rf "$$(scripts/es.sh root)" $(VENV) $(VLLM_VENV)
+	rm -rf "$$(scripts/es.sh root)" "$$(dirname "$$(scripts/es.sh home)")" $(VENV) $(VLLM_VENV)

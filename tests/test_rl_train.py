@@ -556,7 +556,11 @@ def test_compiled_layers_update_like_eager_and_resume_to_the_same_weights(prepar
     """train.compile: the update runs the trained layers through torch.compile, from the kept frozen output or from
     the tokens, with eager's loss and gradient norm to float error; a run stopped after every step (train.max_minutes)
     and resumed ends on the weights of an uninterrupted one."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    headers = Path(default_cache_dir()) / "precompiled_headers"  # 150 MB each, outside the cache dir (components/env.py)
+    headers_before = set(headers.glob("*"))
     over = dict(steps=3, eval_every=0, checkpoint_every=1, trainable_layers=1, compile=True,
                 entropy_coef=0.01)  # a gradient without rewards
     runs = {}
@@ -576,6 +580,7 @@ def test_compiled_layers_update_like_eager_and_resume_to_the_same_weights(prepar
     for _ in range(3):  # one step a call: each passes the budget, checkpoints and stops
         train.run(parse_config(small_raw(art, **over, max_minutes=1e-5)), Recorder())
     assert _same_weights(_weights(art), runs["compiled"][1])
+    assert set(headers.glob("*")) == headers_before and any((tmp_path / "inductor").rglob("*.so"))
 
 
 def test_keep_best_writes_the_policy_of_the_best_dev_evaluation(tmp_path):
