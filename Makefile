@@ -121,6 +121,7 @@ plots: $(PLOTS_TEMPLATE)
 # tests/conftest.py groups what must share one worker and starts the longest groups first.
 VLLM_LOCK := .cache/vllm-install.lock
 test:
+	scripts/need-space.sh 4 . "make test (about 3 GB of models and checkouts at its peak)"  # the venvs check their own
 	export ES_JIT=quick  # the suite's servers start and restart, and search little: C1 only (scripts/es.sh)
 	if [[ -z "$${ES_URL:-}" ]]; then scripts/es.sh start >/dev/null 2>&1 & fi
 	trap 'wait; scripts/es.sh stop' EXIT
