@@ -84,8 +84,7 @@ configure() {  # this checkout's config (ES_PATH_CONF): the install's defaults, 
     mkdir -p "$ES_ROOT/data" "$ES_ROOT/logs" "$ES_ROOT/tmp" "$ES_ROOT/run"
     if [[ ! -f "$CONF_DIR/jvm.options" ]]; then  # the JVM's own files (GC log, heap dumps) are relative to the install
         rm -rf "$CONF_DIR"; cp -r "$HOME_DIR/config" "$CONF_DIR"
-        sed -i -e "s#=data\$#=$ES_ROOT/data#" -e "s#=logs/#=$ES_ROOT/logs/#" -e "s#file=logs/#file=$ES_ROOT/logs/#" \
-            "$CONF_DIR/jvm.options"
+        sed -i -e "s#=data\$#=$ES_ROOT/data#" -e "s#=logs/#=$ES_ROOT/logs/#" "$CONF_DIR/jvm.options"
     fi
     cat >"$CONF_DIR/elasticsearch.yml" <<EOF
 # written by scripts/es.sh
