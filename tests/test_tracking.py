@@ -51,6 +51,16 @@ def test_failed_stage_marks_run_failed(mlflow_uri, tmp_path):
     assert mlflow.MlflowClient().get_run(tracker.run_id).info.status == "FAILED"
 
 
+def test_a_sqlite_store_keeps_its_locks_beside_its_database(mlflow_uri, tmp_path, monkeypatch):
+    """The setup lock of a stage run lives beside mlflow.db, so it goes with the store, not in the temp dir."""
+    temp = tmp_path / "system-temp"
+    temp.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(temp))
+    with stage_run(_cfg(tmp_path), "prepare") as tracker:
+        tracker.log_metrics({"n": 1.0})
+    assert (tmp_path / "mlflow.db.setup.lock").exists() and not list(temp.iterdir())
+
+
 def test_champion_moves_only_on_a_win(mlflow_uri, tmp_path, capfd):
     cfg = _cfg(tmp_path)
     client = mlflow.MlflowClient()

@@ -1,4 +1,5 @@
-"""Locks among the processes of this machine, one per tracking store and purpose (a file in the temp dir)."""
+"""Locks among the processes of this machine, one per tracking store and purpose: a file beside a SQLite store's
+database (it goes when the store goes), else in the temp dir."""
 
 from __future__ import annotations
 
@@ -9,11 +10,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+SQLITE = "sqlite:///"
+
+
+def lock_path(uri: str, purpose: str) -> Path:
+    """Where the `purpose` lock of the store at `uri` lives."""
+    if uri.startswith(SQLITE) and Path(uri[len(SQLITE):]).parent.is_dir():
+        return Path(f"{uri[len(SQLITE):]}.{purpose}.lock")
+    key = hashlib.sha256(uri.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"agentr1-{purpose}-{key}.lock"
+
 
 @contextmanager
 def store_lock(uri: str, purpose: str) -> Iterator[None]:
     """Hold the `purpose` lock of the store at `uri` (e.g. "registry": one registration at a time)."""
-    key = hashlib.sha256(uri.encode()).hexdigest()[:16]
-    with open(Path(tempfile.gettempdir()) / f"agentr1-{purpose}-{key}.lock", "a") as f:
+    with open(lock_path(uri, purpose), "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
