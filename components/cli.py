@@ -84,7 +84,8 @@ def _run(name: str, params: Path, sets: list[str] | None, **kwargs) -> None:
     from components.config import load_config
     from components.io import disk_full, full_at, out_of_space
     from components.stages import run_stage
-    from components.tracking.runs import cli_parent, quiet_full_disk_logs, store_file, tracking_uri
+    from components.tracking.locks import store_file
+    from components.tracking.runs import cli_parent, quiet_full_disk_logs, tracking_uri
 
     quiet_full_disk_logs()
     cfg = None

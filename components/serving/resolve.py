@@ -14,7 +14,8 @@ from pathlib import Path
 
 from components.config import Config
 from components.serving.agent import AskError
-from components.tracking.runs import store_file, tracking_uri
+from components.tracking.locks import store_file
+from components.tracking.runs import tracking_uri
 
 CACHE = Path(".cache") / "agentr1" / "ask.json"
 CONFIG_FILE, WEIGHTS = "agent.yaml", "hf_model"  # the pyfunc model's artifacts (serving/pyfunc.py)

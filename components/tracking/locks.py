@@ -10,13 +10,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-SQLITE = "sqlite:///"
+def store_file(uri: str) -> Path | None:
+    """The sqlite file of the MLflow store at `uri`, when the store is one."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
 
 
 def lock_path(uri: str, purpose: str) -> Path:
     """Where the `purpose` lock of the store at `uri` lives."""
-    if uri.startswith(SQLITE) and Path(uri[len(SQLITE):]).parent.is_dir():
-        return Path(f"{uri[len(SQLITE):]}.{purpose}.lock")
+    db = store_file(uri)
+    if db is not None and db.parent.is_dir():
+        return Path(f"{db}.{purpose}.lock")
     key = hashlib.sha256(uri.encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"agentr1-{purpose}-{key}.lock"
 

@@ -63,11 +63,6 @@ def tracking_uri(cfg: Config) -> str:
     )
 
 
-def store_file(uri: str) -> Path | None:
-    """The sqlite file of the MLflow store at `uri`, when the store is one."""
-    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
-
-
 class _FullDiskRecords(logging.Filter):
     """Drops MLflow's logged traceback of a full disk: MLflow raises the error too, and the CLI reports it in one
     line."""
