@@ -148,7 +148,7 @@ dvc-deps: $(VENV)/.installed
 	$(BIN)/agentr1 dvc-deps
 
 clean:
-	rm -rf artifacts mlflow.db mlartifacts .prefect .cache dvc_plots
+	rm -rf artifacts mlflow.db mlflow.db.*.lock mlartifacts .prefect .cache dvc_plots
 
 # Also stops Elasticsearch and removes its state and install (1.2 GB: .es/, or the temp dirs `scripts/es.sh root` and
 # `scripts/es.sh home` name) and the venvs (vLLM's: 3.1 GB).

@@ -115,6 +115,20 @@ def test_make_test_on_a_disk_without_room_stops_first_in_one_line(tmp_path, repo
     assert re.fullmatch(r"make(\[\d+\])?: \*\*\* \[Makefile:\d+: test\] Error 1", make_error), make_error  # make[1] below make
 
 
+def test_make_clean_removes_the_store_with_its_locks_and_keeps_the_rest(tmp_path, repo_root):
+    """`make clean` removes what runs made, the SQLite store's lock files beside mlflow.db included, and nothing else."""
+    made = ["artifacts/x", "mlflow.db", "mlflow.db.setup.lock", "mlflow.db.registry.lock", "mlartifacts/1/m",
+            ".prefect/p", "dvc_plots/index.html"]  # fmt: skip
+    for rel in [*made, "params.yaml", "data/q.jsonl"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x")
+    (tmp_path / "Makefile").write_text((repo_root / "Makefile").read_text())
+    done = subprocess.run(["make", "clean"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == ["Makefile", "data/q.jsonl", "params.yaml"]
+
+
 def test_the_space_check_passes_where_the_disk_has_room(tmp_path, repo_root):
     """The real df: a need of 0 GB passes silently, one above the disk's size stops naming the real mount point."""
     ok = subprocess.run(["scripts/need-space.sh", "0", str(tmp_path / "v"), "v"], cwd=repo_root, capture_output=True,
