@@ -278,6 +278,11 @@ class AgentConfig(Section):
         default=False, description="each of the agent's own searches shows its passages, then the forced first "
         "search's that it did not return: the latest results always hold naive RAG's passages too",
     )  # fmt: skip
+    min_searches: int = Field(
+        default=0, ge=0, description="own searches before the environment takes an answer: an earlier answer is "
+        "an invalid turn, shown an error that asks for another search (\"Search, do not guess\"); on the last turn "
+        "the answer is taken",
+    )  # fmt: skip
     reward: RewardConfig = RewardConfig()
 
     def own_top_k(self, top_k: int) -> int:
@@ -292,6 +297,13 @@ class AgentConfig(Section):
         if self.observation_first_read and not self.force_first_search:
             raise ValueError("agent.observation_first_read shows the forced first search's passages again; "
                              "set agent.force_first_search: true with it")  # fmt: skip
+        return self
+
+    @model_validator(mode="after")
+    def _min_searches(self) -> AgentConfig:
+        if self.min_searches >= self.max_turns:
+            raise ValueError(f"agent.min_searches: {self.min_searches} leaves no turn for the answer within "
+                             f"agent.max_turns: {self.max_turns}")  # fmt: skip
         return self
 
 

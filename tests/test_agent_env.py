@@ -138,6 +138,23 @@ def test_under_observation_first_read_own_results_end_with_the_first_reads_other
         AgentConfig(observation_first_read=True)
 
 
+def test_under_min_searches_an_early_answer_is_an_invalid_turn_until_the_last_turn(backend):
+    """agent.min_searches: an answer before that many own searches is refused with an error that asks for another
+    search (no outcome, the episode goes on); on the last turn the answer is taken whatever the count."""
+    env = ToolEnv({"w": [SearchTool(backend, "w", 3)]}, AgentConfig(max_turns=4, min_searches=2))
+    early, on_time = env.reset(Q), env.reset(Q)
+    first = env.step([early, on_time], ["<answer>Kelitu</answer>", call("Bavo rival")])
+    assert isinstance(first[0].action, Malformed) and not first[0].done and early.answer is None
+    assert first[0].observation.startswith("Error: answer after 2 searches") and early.n_calls == 1
+    env.step([early, on_time], [call("Bavo rival"), call("Kelitu mentor")])
+    second = env.step([early, on_time], ["<answer>Dozi</answer>", "<answer>Dozi</answer>"])
+    assert not second[0].done and second[1].done and on_time.em == 1.0  # two searches: the answer is taken
+    last = env.step([early], ["<answer>Dozi</answer>"])[0]  # the last turn: taken after one search
+    assert last.done and early.answer == "Dozi" and early.n_valid_calls == 1
+    with pytest.raises(ValueError, match="agent.min_searches: 3 leaves no turn"):
+        AgentConfig(max_turns=3, min_searches=3)
+
+
 def test_unknown_corpus_is_a_clear_error(backend):
     with pytest.raises(KeyError, match="corpus"):
         make_env(backend).reset(Question("q", "?", ["a"], "d", "dev", [], "nowhere"))

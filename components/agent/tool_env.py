@@ -132,6 +132,9 @@ class ToolEnv:
             if ep.done:
                 raise ValueError(f"question {ep.question.id}: episode already done")
             ep.turns += 1
+            if isinstance(action, Answer) and self._too_early(ep):
+                actions[i] = action = Malformed(f"answer after {self.cfg.min_searches} searches: search again, for "
+                                                "what the results have not shown yet")  # fmt: skip
             ep.log.append(("assistant", turns[i]))
             if isinstance(action, ToolCall):
                 tool = self.toolsets[ep.question.corpus].get(action.name)
@@ -149,6 +152,10 @@ class ToolEnv:
             results.update(zip(idx, outs))
 
         return [self._finish_turn(ep, a, results.get(i), errors.get(i)) for i, (ep, a) in enumerate(zip(episodes, actions))]
+
+    def _too_early(self, ep: Episode) -> bool:
+        """An answer before `agent.min_searches` own searches, with a turn left to search in."""
+        return ep.n_valid_calls < self.cfg.min_searches and ep.turns < self.cfg.max_turns
 
     def _finish_turn(self, ep: Episode, action: Action, result: ToolResult | None, error: str | None) -> StepResult:
         w = self.cfg.reward
