@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+
 def store_file(uri: str) -> Path | None:
     """The sqlite file of the MLflow store at `uri`, when the store is one."""
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
