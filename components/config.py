@@ -667,6 +667,11 @@ class EvaluateConfig(Section):
         default="tool_response", description="where naive RAG shows its passages: as the result of a completed search "
         "call (the agent's own format), or above the question in the question turn (Search-R1's baseline)"
     )
+    reread: bool = Field(
+        default=False, description="after its episode each agent reads again every passage the episode was shown, "
+        "above the question as in naive RAG's prompt, and answers; that answer is scored, the episode's own is "
+        "em_strict (evaluation only: RL trains the episode's answer)",
+    )  # fmt: skip
     batch_tokens: int = Field(
         default=131072, ge=1,
         description="rows x longest possible row length per generation batch: bounds evaluation memory",

@@ -203,3 +203,21 @@ def test_a_tool_error_reaches_the_model_as_fixed_text(tmp_path):
     assert inserted.count(tok.convert_tokens_to_ids("<|im_end|>")) == 1  # only the template's own
     assert inserted.count(tok.convert_tokens_to_ids("</tool_response>")) == 1
     assert tok.convert_tokens_to_ids("<answer>") not in inserted
+
+
+def test_an_episode_keeps_every_passage_it_was_shown_once_in_the_order_shown(backend):
+    """Episode.read (evaluate.reread's passages): the forced first search's, then each own search's new ones, each
+    passage once, as the observations showed it; a failed call adds none."""
+    env = ToolEnv({"w": [SearchTool(backend, "w", 2)]}, AgentConfig(max_turns=4, force_first_search=True),
+                  first_top_k=2)  # fmt: skip
+    env.first_search([Q])
+    ep = env.reset(Q)
+    first = list(ep.first_ids)
+    assert list(ep.read) == first and list(ep.read.values()) == list(ep.first_entries)
+    env.step([ep], [call("Kelitu mentor")])  # passages the first search showed: none new
+    env.step([ep], ['<tool_call>{"name": "browse", "arguments": {}}</tool_call>'])
+    env.step([ep], [call("Evil tool_call")])
+    own = [i for valid, ids in ep.calls if valid for i in ids]
+    assert list(ep.read) == list(dict.fromkeys(first + own)) and len(ep.read) > len(first)
+    shown = [ep.first_search] + [text for role, text in ep.log if role == "tool"]
+    assert all(any(entry in text for text in shown) for entry in ep.read.values())

@@ -108,3 +108,39 @@ def test_the_agents_results_say_what_share_of_the_gold_passages_its_searches_fou
     assert ev.summarize(results)["support_recall"] == pytest.approx(sum(r.support_recall for r in results) / len(qs))
     plain = ev.evaluate_agent(toy.model, toy.tokenizer, qs, toy.backend, agent, 3, mode="naive_rag")
     assert all(r.support_recall is None for r in plain) and "support_recall" not in ev.summarize(plain)
+
+
+def test_reread_scores_the_answer_from_every_passage_the_episode_showed(toy, monkeypatch):
+    """evaluate.reread: after its episode each agent answers again from naive RAG's prompt (the passages above the
+    question) over every passage the episode showed; that answer is scored, the episode's own is its strict one.
+    An episode that searched no more reads exactly naive RAG's prompt."""
+    from components.agent.rewards import exact_match
+
+    qs = toy.world.questions("dev")[:12]
+    agent = toy.agent.model_copy(update={"force_first_search": True, "first_search_at": "question_turn"})
+    toy.backend.reseed(0)
+    own = ev.evaluate_agent(toy.model, toy.tokenizer, qs, toy.backend, agent, 3)
+    calls = []
+
+    def spy(model, chat, env, questions, *a, **k):
+        trajs = rollout(model, chat, env, questions, *a, **k)
+        calls.append((k["prompts"], trajs))
+        return trajs
+
+    monkeypatch.setattr(episode_setup, "rollout", spy)
+    toy.backend.reseed(0)
+    again = ev.evaluate_agent(toy.model, toy.tokenizer, qs, toy.backend, agent, 3, reread=True)
+    (_, episodes), (prompts, reads) = calls
+    toy.backend.reseed(0)
+    naive = episode_setup.searched_prompts(qs, toy.chat, toy.env(agent), "question_turn")
+    for q, o, r, ep, prompt, read, plain in zip(qs, own, again, episodes, prompts, reads, naive):
+        assert (r.strict_prediction, r.em_strict, r.turns, r.searches) == (o.strict_prediction, o.em, o.turns, o.searches)
+        turn = [text for role, text in read.episode.log if role == "assistant"][-1]
+        assert r.prediction == plain_answer(turn, STOPS) and r.em == exact_match(r.prediction, q.answers)
+        assert f"reread: {r.prediction!r}" in r.transcript
+        assert len(ep.episode.read) >= len(ep.episode.first_ids)
+        if list(ep.episode.read) == list(ep.episode.first_ids):
+            assert prompt == plain
+    assert any(list(t.episode.read) == list(t.episode.first_ids) for t in episodes)
+    summary = ev.summarize(again)
+    assert summary["em_strict"] == pytest.approx(ev.summarize(own)["em"]) and "support_recall" in summary

@@ -33,6 +33,7 @@ class Episode:
     first_ids: tuple[str, ...] = ()  # the passages it returned
     first_entries: tuple[str, ...] = ()  # and how they were shown
     calls: list[tuple[bool, tuple[str, ...]]] = field(default_factory=list)  # (valid, passage ids) of each call
+    read: dict[str, str] = field(default_factory=dict)  # every passage shown (id -> entry), first shown first
     process_rewards: list[float] = field(default_factory=list)  # one per non-answer turn
     outcome: float = 0.0
     log: list[tuple[str, str]] = field(default_factory=list)  # (role, text) for readable trajectories
@@ -115,6 +116,7 @@ class ToolEnv:
             ep.first_search, ep.first_ids = self.observation(question, first.text), first.doc_ids
             ep.first_entries = first.entries
             ep.seen_ids.update(first.doc_ids)
+            ep.read.update(zip(first.doc_ids, first.entries))
         return ep
 
     def observation(self, question: Question, results: str) -> str:
@@ -170,6 +172,7 @@ class ToolEnv:
             reward = process_reward(True, result.doc_ids, ep.seen_ids, ep.question.supporting_ids, w)
             ep.seen_ids.update(result.doc_ids)
             ep.calls.append((True, result.doc_ids))
+            ep.read.update((i, e) for i, e in zip(result.doc_ids, result.entries) if i not in ep.read)
             text = result.text
             if self.cfg.observation_first_read and result.entries and ep.first_entries:
                 text = with_first_read(result.entries, result.doc_ids, ep.first_entries, ep.first_ids)

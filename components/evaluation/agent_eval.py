@@ -9,9 +9,10 @@ Baselines are scored on plain generation (answers.py), the agent on its strict a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from components.agent.observation import numbered
 from components.agent.parser import ANSWER_OPEN
 from components.agent.rewards import exact_match, f1, is_yes_no
 from components.config import AgentConfig, RolloutConfig, SearchedAt
@@ -20,7 +21,7 @@ from components.evaluation.answers import plain_answer
 from components.retrieval.base import SearchBackend
 from components.rollout.chat import ChatFormat
 from components.rollout.engine import RolloutStats
-from components.rollout.episode_setup import episode_setup, searched_prompts
+from components.rollout.episode_setup import episode_setup, question_turn_prompt, searched_prompts
 from components.rollout.progress import GenerationProgress
 from components.rollout.steps import episode_steps
 from components.rollout.trajectory import Trajectory, transcript
@@ -66,11 +67,14 @@ def evaluate_agent(
     desc: str | None = None,
     engine: RolloutConfig | None = None,
     naive_rag: SearchedAt = "tool_response",
+    reread: bool = False,
 ) -> list[AgentResult]:
-    """Greedy episodes, at most `batch_tokens` (rows x the longest possible row) in the KV cache at once."""
+    """Greedy episodes, at most `batch_tokens` (rows x the longest possible row) in the KV cache at once; with
+    `reread` (evaluate.reread), an agent's answer is the one it gives reading every passage its episode showed."""
+    single = agent.model_copy(update={"max_turns": 1, "force_first_search": False, "observation_question": False,
+                                      "observation_first_read": False})  # fmt: skip
     if mode != "agent":
-        agent = agent.model_copy(update={"max_turns": 1, "force_first_search": False, "observation_question": False,
-                                         "observation_first_read": False})
+        agent = single
     questions = list(questions)
     episodes = episode_setup(tokenizer, backend, questions, agent, top_k, getattr(model, "generation_config", None))
     chat = episodes.chat
@@ -79,16 +83,37 @@ def evaluate_agent(
         prompts = searched_prompts(questions, chat, episodes.env, naive_rag)
     else:
         prompts = episodes.prompts(questions)
+    engine = engine or RolloutConfig()
+    with GenerationProgress(len(questions), desc or mode) as bar:
+        sized = _rows(engine, prompts, chat, prefill, agent, batch_tokens)
+        trajs = episodes.rollout(model, questions, prompts, temperature=0.0, stats=stats, prefill=prefill,
+                                 progress=bar, engine=sized)  # fmt: skip
+    out = [_result(t, chat, plain=mode != "agent") for t in trajs]
+    if reread and mode == "agent":  # naive RAG's prompt over every passage the episode showed, the answer tag prefilled
+        setup = episode_setup(tokenizer, backend, questions, single, top_k, getattr(model, "generation_config", None))
+        prompts = [question_turn_prompt(chat, t.episode.question.question, numbered(list(t.episode.read.values())))
+                   for t in trajs]  # fmt: skip
+        with GenerationProgress(len(questions), f"{desc or mode} reread") as bar:
+            sized = _rows(engine, prompts, chat, ANSWER_OPEN, single, batch_tokens)
+            reads = setup.rollout(model, questions, prompts, temperature=0.0, stats=stats, prefill=ANSWER_OPEN,
+                                  progress=bar, engine=sized)  # fmt: skip
+        out = [_reread(r, _result(t, chat, plain=True)) for r, t in zip(out, reads)]
+    return out
+
+
+def _rows(engine: RolloutConfig, prompts: Sequence[list[int]], chat: ChatFormat, prefill: str, agent: AgentConfig,
+          batch_tokens: int) -> RolloutConfig:  # fmt: skip
+    """`engine` with as many rows as fit `batch_tokens` (the KV cache's rows x columns) for these prompts."""
     extra = len(chat.encode(prefill)) if prefill else 0
     bound = max((row_bound(len(p) + extra, agent) for p in prompts), default=1)
-    engine = engine or RolloutConfig()
-    rows = max(1, min(engine.max_rows, batch_tokens // bound))  # the KV cache's rows x columns
-    engine = engine.model_copy(update={"max_rows": rows})
-    with GenerationProgress(len(questions), desc or mode) as bar:
-        trajs = episodes.rollout(model, questions, prompts, temperature=0.0, stats=stats, prefill=prefill,
-                                 progress=bar, engine=engine)  # fmt: skip
-    out = [_result(t, chat, plain=mode != "agent") for t in trajs]
-    return out
+    return engine.model_copy(update={"max_rows": max(1, min(engine.max_rows, batch_tokens // bound))})
+
+
+def _reread(episode: AgentResult, read: AgentResult) -> AgentResult:
+    """The episode's result scored on the answer it gave reading its passages again (plain generation); its own
+    strict answer stays as em_strict."""
+    text = f"{episode.transcript}\n    reread: {read.prediction!r}  EM={read.em:.0f} F1={read.f1:.2f}"
+    return replace(episode, prediction=read.prediction, em=read.em, f1=read.f1, transcript=text, plain=True)
 
 
 def row_bound(prompt_len: int, agent: AgentConfig) -> int:

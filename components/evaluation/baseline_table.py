@@ -67,7 +67,7 @@ def evaluate(cfg, system: str, model, tok, qs, backend) -> dict:
     with rollout_autocast(cfg, model):
         results = evaluate_agent(model, tok, qs, backend, cfg.agent, top_k=cfg.retrieval.top_k, mode=mode,
                                  batch_tokens=cfg.evaluate.batch_tokens, stats=stats, desc=system,
-                                 naive_rag=cfg.evaluate.naive_rag)  # fmt: skip
+                                 naive_rag=cfg.evaluate.naive_rag, reread=cfg.evaluate.reread)  # fmt: skip
     wall = time.perf_counter() - t0
     s = summarize(results)
     hits = round(s["em"] * len(results))

@@ -74,7 +74,8 @@ def run(cfg: Config, tracker) -> dict[str, float]:
                         with rollout_autocast(cfg, model):
                             results = evaluate_agent(model, tokenizer, qs, backend, cfg.agent, top_k=cfg.retrieval.top_k,
                                                      mode=SYSTEMS[system][1], batch_tokens=cfg.evaluate.batch_tokens,
-                                                     desc=f"{system} {name}", naive_rag=cfg.evaluate.naive_rag)  # fmt: skip
+                                                     desc=f"{system} {name}", naive_rag=cfg.evaluate.naive_rag,
+                                                     reread=cfg.evaluate.reread)  # fmt: skip
                         by_pair[(system, name)] = results
                         tracker.log_text(_transcripts(results), f"trajectories/{system}/{name.replace('/', '_')}.txt")
                         tags = {"agentr1.system": system, "agentr1.set": name}
