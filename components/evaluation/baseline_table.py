@@ -73,8 +73,9 @@ def evaluate(cfg, system: str, model, tok, qs, backend) -> dict:
     hits = round(s["em"] * len(results))
     return {**s, "n": len(results), "em_ci": wilson(hits, len(results)), "wall_s": wall,
             "tokens": stats.generated_tokens, "tokens_per_s": stats.tokens_per_s,
-            "results": [{"id": r.question_id, "prediction": r.prediction, "em": r.em, "f1": r.f1, "turns": r.turns,
-                         "searches": r.searches} for r in results]}  # fmt: skip
+            "results": [{"id": r.question_id, "prediction": r.prediction, "em": r.em, "f1": r.f1,
+                         "em_strict": r.em_strict, "turns": r.turns, "searches": r.searches}
+                        for r in results]}  # fmt: skip
 
 
 def table(rows: dict[str, dict]) -> list[str]:
