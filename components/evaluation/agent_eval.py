@@ -84,8 +84,8 @@ def evaluate_agent(
     else:
         prompts = episodes.prompts(questions)
     engine = engine or RolloutConfig()
+    sized = _sized(engine, prompts, chat, prefill, agent, batch_tokens)
     with GenerationProgress(len(questions), desc or mode) as bar:
-        sized = _rows(engine, prompts, chat, prefill, agent, batch_tokens)
         trajs = episodes.rollout(model, questions, prompts, temperature=0.0, stats=stats, prefill=prefill,
                                  progress=bar, engine=sized)  # fmt: skip
     out = [_result(t, chat, plain=mode != "agent") for t in trajs]
@@ -93,16 +93,16 @@ def evaluate_agent(
         setup = episode_setup(tokenizer, backend, questions, single, top_k, getattr(model, "generation_config", None))
         prompts = [question_turn_prompt(chat, t.episode.question.question, numbered(list(t.episode.read.values())))
                    for t in trajs]  # fmt: skip
+        sized = _sized(engine, prompts, chat, ANSWER_OPEN, single, batch_tokens)
         with GenerationProgress(len(questions), f"{desc or mode} reread") as bar:
-            sized = _rows(engine, prompts, chat, ANSWER_OPEN, single, batch_tokens)
             reads = setup.rollout(model, questions, prompts, temperature=0.0, stats=stats, prefill=ANSWER_OPEN,
                                   progress=bar, engine=sized)  # fmt: skip
         out = [_reread(r, _result(t, chat, plain=True)) for r, t in zip(out, reads)]
     return out
 
 
-def _rows(engine: RolloutConfig, prompts: Sequence[list[int]], chat: ChatFormat, prefill: str, agent: AgentConfig,
-          batch_tokens: int) -> RolloutConfig:  # fmt: skip
+def _sized(engine: RolloutConfig, prompts: Sequence[list[int]], chat: ChatFormat, prefill: str, agent: AgentConfig,
+            batch_tokens: int) -> RolloutConfig:  # fmt: skip
     """`engine` with as many rows as fit `batch_tokens` (the KV cache's rows x columns) for these prompts."""
     extra = len(chat.encode(prefill)) if prefill else 0
     bound = max((row_bound(len(p) + extra, agent) for p in prompts), default=1)
