@@ -6,7 +6,7 @@ import html
 import re
 import string
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Set
 
 from components.config import RewardConfig
 from components.data.yes_no import yes_or_no
@@ -92,7 +92,7 @@ def outcome_reward(answer: str | None, golds: Sequence[str], w: RewardConfig) ->
 def process_reward(
     valid: bool,
     doc_ids: Sequence[str],
-    seen_ids: set[str],
+    seen_ids: Set[str],
     supporting_ids: Iterable[str],
     w: RewardConfig,
 ) -> float:

@@ -7,7 +7,7 @@ Text in, text out: tokenisation and the chat template live in the rollout engine
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import KeysView, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from components.agent.observation import error_observation, question_note, shown_results, with_first_read
@@ -28,7 +28,6 @@ class Episode:
     answer: str | None = None
     n_calls: int = 0  # tool-call attempts (every non-answer turn)
     n_valid_calls: int = 0
-    seen_ids: set[str] = field(default_factory=set)
     first_search: str | None = None  # the observation of the environment's own first search (in the prompt)
     first_ids: tuple[str, ...] = ()  # the passages it returned
     first_entries: tuple[str, ...] = ()  # and how they were shown
@@ -45,6 +44,11 @@ class Episode:
     @property
     def f1(self) -> float:
         return f1(self.answer, self.question.answers)
+
+    @property
+    def seen_ids(self) -> KeysView[str]:
+        """The passages the episode was shown."""
+        return self.read.keys()
 
     @property
     def support_recall(self) -> float | None:
@@ -115,7 +119,6 @@ class ToolEnv:
         if first is not None:
             ep.first_search, ep.first_ids = self.observation(question, first.text), first.doc_ids
             ep.first_entries = first.entries
-            ep.seen_ids.update(first.doc_ids)
             ep.read.update(zip(first.doc_ids, first.entries))
         return ep
 
@@ -170,7 +173,6 @@ class ToolEnv:
         if result is not None and result.success:
             ep.n_valid_calls += 1
             reward = process_reward(True, result.doc_ids, ep.seen_ids, ep.question.supporting_ids, w)
-            ep.seen_ids.update(result.doc_ids)
             ep.calls.append((True, result.doc_ids))
             ep.read.update((i, e) for i, e in zip(result.doc_ids, result.entries) if i not in ep.read)
             text = result.text
