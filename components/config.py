@@ -669,8 +669,8 @@ class EvaluateConfig(Section):
     )
     reread: bool = Field(
         default=False, description="after its episode each agent reads again every passage the episode was shown, "
-        "above the question as in naive RAG's prompt, and answers; that answer is scored, the episode's own is "
-        "em_strict (evaluation only: RL trains the episode's answer)",
+        "above the question as in naive RAG's prompt, and answers; that answer is scored (the episode's own is "
+        "em_strict) and served. RL trains the episode's own answer",
     )  # fmt: skip
     batch_tokens: int = Field(
         default=131072, ge=1,

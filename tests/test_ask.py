@@ -160,6 +160,59 @@ def test_ask_says_what_the_model_is_and_when_it_cannot_read_the_question(project
         assert len(out.output.strip().splitlines()) == 1
 
 
+def test_ask_and_the_served_model_read_again_as_the_evaluation_does(project, tmp_path):
+    """Under evaluate.reread the agent answers from every passage its episode showed, as the evaluate stage scores
+    it: ask (in process) and the registered pyfunc model give the evaluated answer, and show the episode's own."""
+    import pandas as pd
+
+    from components.evaluation.agent_eval import evaluate_agent
+    import torch
+
+    from components.model.loading import load_model, rollout_autocast
+    from components.retrieval.factory import make_backend
+
+    agent = {**PARAMS["agent"], "force_first_search": True, "first_search_at": "question_turn"}
+    params = {"project": {"artifacts_dir": str(tmp_path / "artifacts")}, **PARAMS, "agent": agent}
+    params["rollout"] = {"dtype": "float32"}
+    again_params = {**params, "evaluate": {"reread": True}}
+    cfg = parse_config(again_params)
+    _index(tmp_path)
+    register_champion(cfg, PRIMED)  # logging it answers its input example through the reading pass
+    qs = generate_world(cfg.data.synthetic).questions("dev")[:4]
+
+    def asked(p):
+        (tmp_path / "params.yaml").write_text(json.dumps(p))
+        outs = [_cli("ask", "--json", q.question) for q in qs]
+        assert all(o.exit_code == 0 for o in outs), [o.output for o in outs]
+        return [json.loads(o.stdout) for o in outs]
+
+    own, again = asked(params), asked(again_params)
+    model, tok = load_model(PRIMED, cfg)
+
+    def evaluated(batch):  # over a fresh index, as each ask and a newly loaded served model search (ties are drawn)
+        backend = make_backend(cfg)
+        try:
+            with torch.no_grad(), rollout_autocast(cfg, model):  # as the evaluate stage runs it
+                return evaluate_agent(model.eval(), tok, batch, backend, cfg.agent, cfg.retrieval.top_k,
+                                      engine=cfg.rollout, reread=True)  # fmt: skip
+        finally:
+            backend.close()
+
+    for q, o, a, (e,) in zip(qs, own, again, [evaluated([q]) for q in qs]):
+        assert o["read_again"] is None and o["episode_answer"] is None
+        assert a["turns"] == o["turns"] and a["episode_answer"] == o["answer"] == e.strict_prediction, q.question
+        assert a["answer"] == e.prediction and f"reread: {e.prediction!r}" in e.transcript, q.question
+        assert a["read_again"] >= cfg.retrieval.top_k
+    served = mlflow.pyfunc.load_model(f"models:/{NAME}@champion").predict(pd.DataFrame({"question": [q.question for q in qs]}))
+    together = evaluated(qs)  # one batch, as the served model ran the request
+    assert [(s["episode_answer"], s["answer"]) for s in served] == [(e.strict_prediction, e.prediction) for e in together]
+    assert all(s["read_again"] >= cfg.retrieval.top_k for s in served)
+    text = _cli("ask", qs[0].question).stdout.splitlines()
+    n, own_answer = again[0]["read_again"], again[0]["episode_answer"] or "(no answer)"
+    assert text[-3] == f"episode's answer: {own_answer}; read again over the {n} passage{'s' if n > 1 else ''} it was shown:"
+    assert text[-2] == f"A: {again[0]['answer'] or '(no answer)'}"
+
+
 def test_render_shows_text_not_html_entities():
     """Observations reach the model escaped (&lt;tool_call&gt;); the terminal shows the text."""
     turn = Turn("<tool_call>oops", None, "Error: no &lt;tool_call&gt; or &lt;answer&gt; in the turn")

@@ -261,8 +261,8 @@ def test_serving_runs_on_vllm_and_a_cancelled_batch_leaves_nothing_behind(real):
     asked = [q.question for q in questions[:3]]
 
     def answers():
-        trajs, _ = run_episodes(trainer.actor.model, trainer.tok, trainer.backend, cfg, asked, questions[0].corpus)
-        return [(t.input_ids, t.episode.answer) for t in trajs]
+        replies, _ = run_episodes(trainer.actor.model, trainer.tok, trainer.backend, cfg, asked, questions[0].corpus)
+        return [(r.trajectory.input_ids, r.answer) for r in replies]
 
     first = answers()
     assert len(first) == 3 and all(len(ids) > 0 for ids, _ in first)

@@ -12,17 +12,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from components.agent.observation import numbered
 from components.agent.parser import ANSWER_OPEN
 from components.agent.rewards import exact_match, f1, is_yes_no
 from components.config import AgentConfig, RolloutConfig, SearchedAt
 from components.data.schema import Question
-from components.evaluation.answers import plain_answer
+from components.evaluation.answers import read_answer
 from components.retrieval.base import SearchBackend
 from components.rollout.chat import ChatFormat
 from components.rollout.engine import RolloutStats
-from components.rollout.episode_setup import episode_setup, question_turn_prompt, searched_prompts
+from components.rollout.episode_setup import episode_setup, searched_prompts
 from components.rollout.progress import GenerationProgress
+from components.rollout.reread import reading_pass, single_turn
 from components.rollout.steps import episode_steps
 from components.rollout.trajectory import Trajectory, transcript
 
@@ -71,10 +71,8 @@ def evaluate_agent(
 ) -> list[AgentResult]:
     """Greedy episodes, at most `batch_tokens` (rows x the longest possible row) in the KV cache at once; with
     `reread` (evaluate.reread), an agent's answer is the one it gives reading every passage its episode showed."""
-    single = agent.model_copy(update={"max_turns": 1, "force_first_search": False, "observation_question": False,
-                                      "observation_first_read": False})  # fmt: skip
     if mode != "agent":
-        agent = single
+        agent = single_turn(agent)
     questions = list(questions)
     episodes = episode_setup(tokenizer, backend, questions, agent, top_k, getattr(model, "generation_config", None))
     chat = episodes.chat
@@ -90,13 +88,10 @@ def evaluate_agent(
                                  progress=bar, engine=sized)  # fmt: skip
     out = [_result(t, chat, plain=mode != "agent") for t in trajs]
     if reread and mode == "agent":  # naive RAG's prompt over every passage the episode showed, the answer tag prefilled
-        setup = episode_setup(tokenizer, backend, questions, single, top_k, getattr(model, "generation_config", None))
-        prompts = [question_turn_prompt(chat, t.episode.question.question, numbered(list(t.episode.read.values())))
-                   for t in trajs]  # fmt: skip
-        sized = _sized(engine, prompts, chat, ANSWER_OPEN, single, batch_tokens)
+        reading = reading_pass(tokenizer, backend, trajs, agent, top_k, getattr(model, "generation_config", None))
+        sized = _sized(engine, reading.prompts, chat, ANSWER_OPEN, reading.setup.agent, batch_tokens)
         with GenerationProgress(len(questions), f"{desc or mode} reread") as bar:
-            reads = setup.rollout(model, questions, prompts, temperature=0.0, stats=stats, prefill=ANSWER_OPEN,
-                                  progress=bar, engine=sized)  # fmt: skip
+            reads = reading.rollout(model, stats=stats, progress=bar, engine=sized)
         out = [_reread(r, _result(t, chat, plain=True)) for r, t in zip(out, reads)]
     return out
 
@@ -132,8 +127,7 @@ def _result(t: Trajectory, chat: ChatFormat, plain: bool) -> AgentResult:
     strict = ep.answer
     prediction = strict
     if plain:
-        turns = [text for role, text in ep.log if role == "assistant"]
-        prediction = plain_answer(turns[-1], chat.stop_texts) if turns else None
+        prediction = read_answer(t, chat.stop_texts)
     text = transcript(t)
     if plain:
         text += f"\n    plain: {prediction!r}  EM={exact_match(prediction, gold):.0f} F1={f1(prediction, gold):.2f}"

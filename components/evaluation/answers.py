@@ -22,3 +22,9 @@ def plain_answer(turn: str, stop_texts: Sequence[str] = ()) -> str | None:
             text = text[:cut]
     text = text.strip()
     return text or None
+
+
+def read_answer(trajectory, stop_texts: Sequence[str] = ()) -> str | None:
+    """The plain answer of a trajectory's last assistant turn; None if it has none."""
+    turns = [text for role, text in trajectory.episode.log if role == "assistant"]
+    return plain_answer(turns[-1], stop_texts) if turns else None

@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from components import artifacts
 from components.agent.parser import ANSWER_CLOSE, ANSWER_OPEN, TOOL_CLOSE, TOOL_OPEN
 from components.config import Config
 from components.data.schema import Question
 from components.retrieval.base import SearchError
+
+if TYPE_CHECKING:  # torch-heavy: imported where episodes run
+    from components.rollout.engine import RolloutStats
+    from components.rollout.trajectory import Trajectory
 
 # Markup of the chat template and the action syntax: in a question it could end the user's turn or forge a model turn.
 ACTION_MARKUP = (TOOL_OPEN, TOOL_CLOSE, ANSWER_OPEN, ANSWER_CLOSE, "<tool_response>", "</tool_response>")
@@ -92,17 +98,34 @@ def reading_notice(question: str, known: KnownWords, share: float) -> str | None
             "it cannot read this question, so its answer is not to be trusted")  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Reply:
+    """One question's episode and the agent's answer: the episode's own, or under evaluate.reread the one it gives
+    reading every passage the episode showed (the served agent answers as the evaluated one did)."""
+
+    trajectory: Trajectory
+    answer: str | None
+    read_again: int | None = None  # passages read again; None when the episode's own answer is the answer
+
+    @property
+    def episode_answer(self) -> str | None:
+        return self.trajectory.episode.answer
+
+
 def run_episodes(model, tok, backend, cfg: Config, questions: Sequence[str], corpus: str,
-                 progress: Callable[[int, int], None] | None = None):  # fmt: skip
-    """Greedy episodes of the agent on `questions` over `backend`, as one rollout batch: (trajectories, stats).
-    `model` is a transformers model or a `VllmEngine`; the prompts carry the forced first search, where the agent has one.
+                 progress: Callable[[int, int], None] | None = None) -> tuple[list[Reply], RolloutStats]:  # fmt: skip
+    """Greedy episodes of the agent on `questions` over `backend`, as one rollout batch, then its reading pass
+    under evaluate.reread: (replies, stats). `model` is a transformers model or a `VllmEngine`; the prompts carry
+    the forced first search, where the agent has one.
 
     `progress` is called after every decode step; an exception it raises stops the generation."""
     import torch
 
+    from components.evaluation.answers import read_answer
     from components.model.loading import rollout_autocast
     from components.rollout.engine import RolloutStats
     from components.rollout.episode_setup import episode_setup
+    from components.rollout.reread import reading_pass
 
     qs = [Question(id=f"ask-{i}", question=q, answers=[], dataset="ask", split="ask", corpus=corpus)
           for i, q in enumerate(questions)]  # fmt: skip
@@ -111,4 +134,9 @@ def run_episodes(model, tok, backend, cfg: Config, questions: Sequence[str], cor
     stats = RolloutStats()
     with torch.no_grad(), rollout_autocast(cfg, model):
         trajs = episodes.rollout(model, qs, temperature=0.0, stats=stats, progress=progress, engine=cfg.rollout)
-    return trajs, stats
+        if not cfg.evaluate.reread:
+            return [Reply(t, t.episode.answer) for t in trajs], stats
+        reading = reading_pass(tok, backend, trajs, cfg.agent, cfg.retrieval.top_k, generation_config)
+        reads = reading.rollout(model, stats=stats, progress=progress, engine=cfg.rollout)
+    stops = reading.setup.chat.stop_texts
+    return [Reply(t, read_answer(r, stops), len(t.episode.read)) for t, r in zip(trajs, reads)], stats

@@ -29,6 +29,8 @@ class Answer:
     notice: str | None = None  # said before the answer when the model cannot read the question
     turns: list[Turn] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    read_again: int | None = None  # passages read again for the answer (evaluate.reread); None: the episode's own
+    episode_answer: str | None = None  # the episode's own answer, when it read again
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -75,7 +77,7 @@ def ask(cfg: Config, question: str, version: int | None = None, alias: str | Non
             raise AskError(problem)
         about = target.about or describe(cfg, sum(p.numel() for p in model.parameters()), len(tok))
         t_model = time.perf_counter()
-        (traj,), stats = run_episodes(model, tok, backend, cfg, [question], corpus)
+        (reply,), stats = run_episodes(model, tok, backend, cfg, [question], corpus)
         t_agent = time.perf_counter()
     finally:
         backend.close()
@@ -83,8 +85,10 @@ def ask(cfg: Config, question: str, version: int | None = None, alias: str | Non
                "agent_s": t_agent - t_model, "tool_s": stats.tool_seconds, "tokens": float(stats.generated_tokens),
                "tokens_per_s": stats.tokens_per_s, "total_s": t_agent - t0}  # fmt: skip
     notice = reading_notice(question, KnownWords(tok), cfg.serving.unknown_words)
-    ep = traj.episode
-    return Answer(question, ep.answer, target.name, target.version, corpus, about, notice, turns(ep), timings)
+    ep = reply.trajectory.episode
+    again = reply.read_again is not None
+    return Answer(question, reply.answer, target.name, target.version, corpus, about, notice, turns(ep), timings,
+                  reply.read_again, ep.answer if again else None)  # fmt: skip
 
 
 def ask_served(url: str, question: str, timeout_s: float = 120.0) -> Answer:
@@ -110,7 +114,8 @@ def ask_served(url: str, question: str, timeout_s: float = 120.0) -> Answer:
         raise AskError(f"{url}: no answer from a served agent ({getattr(e, 'reason', e)})") from None
     steps = [Turn(t["text"], t["call"], t["observation"]) for t in pred["turns"]]
     return Answer(pred["question"], pred["answer"], url, "", pred["corpus"], pred.get("about", ""),
-                  pred.get("notice"), steps, {"tokens": float(pred["tokens"]), "total_s": time.perf_counter() - t0})  # fmt: skip
+                  pred.get("notice"), steps, {"tokens": float(pred["tokens"]), "total_s": time.perf_counter() - t0},
+                  pred.get("read_again"), pred.get("episode_answer"))  # fmt: skip
 
 
 def _text(s: str) -> str:
@@ -137,6 +142,10 @@ def render(a: Answer) -> str:
         if t.observation is not None:
             obs = _text(" ".join(t.observation.split()))
             lines.append(f"    -> {obs[:SNIPPET_CHARS]}{'...' if len(obs) > SNIPPET_CHARS else ''}")
+    if a.read_again is not None:
+        own = _text(a.episode_answer) if a.episode_answer is not None else "(no answer)"
+        passages = f"{a.read_again} passage{'s' if a.read_again != 1 else ''}"
+        lines.append(f"episode's answer: {own}; read again over the {passages} it was shown:")
     lines.append(f"A: {_text(a.answer) if a.answer is not None else '(no answer)'}")
     tm = a.timings
     if "agent_s" not in tm:  # asked over HTTP

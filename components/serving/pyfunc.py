@@ -70,11 +70,13 @@ class AgentModel(mlflow.pyfunc.PythonModel):
             if abandoned():
                 raise Cancelled()
 
-        trajs, _ = run_episodes(self.model, self.tok, self.backend, self.cfg, questions, self.corpus, stop_when_abandoned)
+        replies, _ = run_episodes(self.model, self.tok, self.backend, self.cfg, questions, self.corpus, stop_when_abandoned)
         out = []
-        for q, t in zip(questions, trajs):
+        for q, r in zip(questions, replies):
+            t = r.trajectory
             steps = turns(t.episode)
-            out.append({"question": q, "answer": t.episode.answer, "corpus": self.corpus,
+            again = {"read_again": r.read_again, "episode_answer": r.episode_answer} if r.read_again is not None else {}
+            out.append({"question": q, "answer": r.answer, **again, "corpus": self.corpus,
                         "searches": sum(s.call is not None for s in steps), "turns": [vars(s) for s in steps],
                         "tokens": t.n_action_tokens, "about": self.about,
                         "notice": reading_notice(q, self.known, self.cfg.serving.unknown_words)})  # fmt: skip
@@ -118,7 +120,9 @@ def _output_schema():
     turn = Object([Property("text", text), Property("call", call, required=False), Property("observation", text, required=False)])
     return Schema([ColSpec(text, "question"), ColSpec(text, "answer", required=False), ColSpec(text, "corpus"),
                    ColSpec(DataType.long, "searches"), ColSpec(Array(turn), "turns"), ColSpec(DataType.long, "tokens"),
-                   ColSpec(text, "notice", required=False), ColSpec(text, "about", required=False)])  # fmt: skip
+                   ColSpec(text, "notice", required=False), ColSpec(text, "about", required=False),
+                   ColSpec(DataType.long, "read_again", required=False),
+                   ColSpec(text, "episode_answer", required=False)])  # fmt: skip
 
 
 OUTPUT_SCHEMA = _output_schema()  # one prediction per question; answer and notice may be null
