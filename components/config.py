@@ -615,6 +615,11 @@ class TrainConfig(Section):
         "pulled back to; a right one is free to move)",
     )  # fmt: skip
     temperature: float = Field(default=1.0, gt=0)
+    reread: bool = Field(
+        default=False, description="RL also trains the answer read again (evaluate.reread's): each episode's "
+        "passages are read again, sampled, as a one-turn episode of a group of its own per question, rewarded as an "
+        "episode's answer is; the episodes keep their own reward",
+    )  # fmt: skip
     mask: MaskConfig = MaskConfig()
     curriculum: CurriculumConfig = CurriculumConfig()
     eval_every: int = Field(default=20, ge=0, description="steps between held-out dev EM evaluations; 0 = never")
@@ -735,7 +740,8 @@ class Config(Section):
                             ("train.curriculum.steps", self.train.curriculum.steps > 0),
                             ("train.keep", self.train.keep == "best"),
                             ("train.kl_on", self.train.kl_on == "wrong"),
-                            ("train.compile", self.train.compile)):  # fmt: skip
+                            ("train.compile", self.train.compile),
+                            ("train.reread", self.train.reread)):  # fmt: skip
                 if on:
                     raise ValueError(f"{key} is a local-trainer knob: train.backend=verl does not implement it")
         return self

@@ -270,6 +270,46 @@ def test_a_step_keeps_its_entropy_bonus_to_itself(prepared, tmp_path):
     assert trainer.tc is cfg.train and trainer.tc.entropy_coef == 0.001
 
 
+def test_reread_trains_the_answer_read_again_in_groups_of_its_own(prepared, tmp_path, monkeypatch):
+    """train.reread: after the episodes, each one's passages are read again above its question in one sampled answer
+    turn (evaluate.reread's prompt). The update gets the episodes and the readings; a reading's only action is its
+    answer, rewarded as an episode's answer is, and its advantage comes from its own question's readings alone."""
+    from components.rollout.reread import reading_pass
+
+    cfg = parse_config(small_raw(fresh(prepared, tmp_path), steps=1, eval_every=0, reread=True))
+    trainer = train.build_trainer(cfg)
+    collated, updated = [], []
+    monkeypatch.setattr(train, "collate", lambda trajs, *a: collated.append((list(trajs), *a)) or collate(trajs, *a))
+    monkeypatch.setattr(train, "rl_update", lambda learner, batch, tc, amp: updated.append(batch) or {})
+    metrics, episodes = trainer.step(0)
+    ((rows, _, _, groups),), (batch,) = collated, updated
+    n = len(episodes)
+    assert rows[:n] == episodes and len(rows) == len(batch) == 2 * n
+    reads = rows[n:]
+    assert groups == [t.episode.question.id for t in episodes] + [f"{t.episode.question.id} read again" for t in episodes]
+    prompts = reading_pass(trainer.tok, trainer.backend, episodes, cfg.agent, cfg.retrieval.top_k).prompts
+    for ep, read, prompt in zip(episodes, reads, prompts):
+        assert read.episode.question is ep.episode.question and read.input_ids[: len(prompt)] == prompt
+        assert read.episode.turns == 1 and read.episode.n_valid_calls == 0
+        acted = [i for i, m in enumerate(read.action_mask) if m]
+        assert acted and min(acted) >= read.prompt_len  # the answer turn's tokens alone
+        assert sum(read.rewards) == pytest.approx(read.episode.total_reward)
+        assert all(r == 0 or read.action_mask[i] for i, r in enumerate(read.rewards))
+    assert metrics["reread_em"] == pytest.approx(sum(t.episode.em for t in reads) / n)
+    assert metrics["em"] == pytest.approx(sum(t.episode.em for t in episodes) / n)  # the episodes' own answers
+    args = lambda b: (b.token_rewards, b.action_mask, b.response_mask, b.index)  # noqa: E731
+    both, _ = compute_advantages(cfg.train, *args(batch))
+    alone, _ = compute_advantages(cfg.train, *args(batch.select(list(range(n, 2 * n)))))
+    assert torch.allclose(both[n:, : alone.shape[1]], alone) and not both[n:, alone.shape[1] :].any()
+
+
+def test_the_verl_backend_refuses_reading_again_in_rl(tmp_path):
+    raw = small_raw(tmp_path, reread=True)
+    raw["train"]["backend"] = "verl"
+    with pytest.raises(ValueError, match="train.reread is a local-trainer knob"):
+        parse_config(raw)
+
+
 def vocabulary_exps(trainer: train.Trainer, batch, tc) -> int:
     """How many exps over the whole vocabulary (an entropy's softmax) one update of `batch` runs."""
     vocab = trainer.policy.get_output_embeddings().weight.shape[0]

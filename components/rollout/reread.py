@@ -1,6 +1,6 @@
 """Reading again (evaluate.reread): once its episode ends, the agent reads every passage the episode showed, above
 the question as in naive RAG's prompt, and answers with the answer tag prefilled. The evaluate stage scores that
-answer, and the served agent gives it.
+answer, the served agent gives it, and with train.reread RL trains it.
 
     reading = reading_pass(tokenizer, backend, trajectories, cfg.agent, cfg.retrieval.top_k)
     reads = reading.rollout(model, engine=..., progress=...)
@@ -37,9 +37,11 @@ class ReadingPass:
     questions: list[Question]
     prompts: list[list[int]]
 
-    def rollout(self, model, **kwargs) -> list[Trajectory]:
-        """One greedy answer turn per question (kwargs: the engine, stats, progress), the answer tag prefilled."""
-        return self.setup.rollout(model, self.questions, self.prompts, temperature=0.0, prefill=ANSWER_OPEN, **kwargs)
+    def rollout(self, model, temperature: float = 0.0, **kwargs) -> list[Trajectory]:
+        """One answer turn per question, greedy by default (kwargs: the engine's settings, stats, progress, the
+        sampling generator), the answer tag prefilled."""
+        return self.setup.rollout(model, self.questions, self.prompts, temperature=temperature, prefill=ANSWER_OPEN,
+                                  **kwargs)  # fmt: skip
 
 
 def reading_pass(tokenizer, backend: SearchBackend, trajectories: Sequence[Trajectory], agent: AgentConfig,

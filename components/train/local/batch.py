@@ -71,9 +71,11 @@ class Batch:
         return Batch(**kw), r
 
 
-def collate(trajs: Sequence[Trajectory], pad_id: int, hidden_layer: int | None = None) -> Batch:
+def collate(trajs: Sequence[Trajectory], pad_id: int, hidden_layer: int | None = None,
+            groups: Sequence[str] | None = None) -> Batch:  # fmt: skip
     """verl's layout of `trajs`. With `hidden_layer`, the batch also carries the trajectories' kept hidden states
-    (`Trajectory.hidden`, the input of that decoder layer) so an update can start there."""
+    (`Trajectory.hidden`, the input of that decoder layer) so an update can start there. `groups` names each
+    trajectory's group (default: its question's id)."""
     P = max(t.prompt_len for t in trajs)
     R = max(t.response_len for t in trajs)
     B = len(trajs)
@@ -102,7 +104,7 @@ def collate(trajs: Sequence[Trajectory], pad_id: int, hidden_layer: int | None =
         action_mask=action,
         response_mask=attn[:, P:].float(),
         token_rewards=rewards,
-        index=np.array([t.episode.question.id for t in trajs], dtype=object),
+        index=np.array(list(groups) if groups is not None else [t.episode.question.id for t in trajs], dtype=object),
         right=torch.tensor([t.episode.em for t in trajs], dtype=torch.float32),
         prompt_width=P,
         hidden=hidden,

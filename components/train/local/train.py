@@ -41,6 +41,7 @@ from components.train.local.update import update as rl_update
 from components.rollout.content import content_entropy
 from components.rollout.engine import RolloutStats
 from components.rollout.episode_setup import episode_setup
+from components.rollout.reread import reading_pass
 from components.rollout.trajectory import transcript
 from components.rollout.traces import train_traces
 
@@ -157,8 +158,10 @@ class Trainer:
             trajs = self.episodes.rollout(self.actor.model, group, temperature=self.tc.temperature, generator=gen,
                                           stats=stats, engine=self.cfg.rollout,
                                           capture_layer=self.keep_layer)  # fmt: skip
+        reads = self.read_again(trajs, gen, stats) if self.tc.reread else []
         t1 = time.perf_counter()
-        batch = collate(trajs, self.chat.pad_id, self.keep_layer).to(self.device)
+        groups = [t.episode.question.id for t in trajs] + [f"{t.episode.question.id} read again" for t in reads]
+        batch = collate(trajs + reads, self.chat.pad_id, self.keep_layer, groups).to(self.device)
         tc = step_config(self.cfg.train, stats.entropy)  # train.entropy_floor: the bonus for this update
         update = rl_update(self.learner, batch, tc, self.amp)
         t2 = time.perf_counter()
@@ -181,6 +184,7 @@ class Trainer:
             "entropy": stats.entropy,  # of the sampling policy, per generated token
             "content_entropy": content_entropy(trajs, self.chat),  # of the query and answer tokens alone
             "entropy_coef": tc.entropy_coef,
+            "reread_em": mean_of([t.episode.em for t in reads]),  # train.reread: the answers read again
             "groups_with_signal": groups_with_signal(batch.token_rewards.sum(-1), batch.index),  # GRPO's signal
             "rollout_s": t1 - t0,
             "tool_s": stats.tool_seconds,
@@ -188,6 +192,13 @@ class Trainer:
             **update,
         }
         return metrics, trajs
+
+    def read_again(self, trajs, gen: torch.Generator, stats: RolloutStats) -> list:
+        """train.reread: each episode's passages read again above its question, one sampled answer turn apiece."""
+        reading = reading_pass(self.tok, self.backend, trajs, self.cfg.agent, self.cfg.retrieval.top_k)
+        with self.rollout_amp():
+            return reading.rollout(self.actor.model, temperature=self.tc.temperature, generator=gen, stats=stats,
+                                   engine=self.cfg.rollout, capture_layer=self.keep_layer)  # fmt: skip
 
     # --- evaluation ----------------------------------------------------------------------------------
 
