@@ -303,6 +303,19 @@ def test_reread_trains_the_answer_read_again_in_groups_of_its_own(prepared, tmp_
     assert torch.allclose(both[n:, : alone.shape[1]], alone) and not both[n:, alone.shape[1] :].any()
 
 
+def test_under_reread_the_dev_curve_scores_the_answer_read_again(prepared, tmp_path):
+    """With evaluate.reread the dev curve (and so train.keep: best) scores the answer the evaluate stage scores, the
+    episode's own as em_strict; such a run keeps its checkpoints apart."""
+    raw = small_raw(fresh(prepared, tmp_path), steps=1, eval_every=1)
+    plain, again = parse_config(raw), parse_config({**raw, "evaluate": {"reread": True}})
+    own, read = train.build_trainer(plain).evaluate(0), train.build_trainer(again).evaluate(0)
+    sets = [k.removesuffix("/em") for k in own if k.endswith("/em")]
+    assert sets
+    for name in sets:
+        assert f"{name}/em_strict" not in own and read[f"{name}/em_strict"] == pytest.approx(own[f"{name}/em"])
+    assert train.checkpoint_root(plain) != train.checkpoint_root(again)
+
+
 def test_the_verl_backend_refuses_reading_again_in_rl(tmp_path):
     raw = small_raw(tmp_path, reread=True)
     raw["train"]["backend"] = "verl"

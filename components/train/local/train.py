@@ -49,11 +49,12 @@ SYNTHETIC, COUNTERFACTUAL = "synthetic", "synthetic_cf"
 
 
 def checkpoint_root(cfg: Config) -> Path:
-    """One checkpoint folder per training config: a resume never continues a run made with other params. The
-    wall-time budget is not part of it: a call with another budget goes on from the same checkpoints."""
+    """One checkpoint folder per training config: a resume never continues a run made with other params (the dev
+    curve's evaluate.reread included). The wall-time budget is not part of it: a call with another budget goes on
+    from the same checkpoints."""
     train = cfg.train.model_dump(mode="json", exclude={"max_minutes"})
     keyed = {"seed": cfg.project.seed, "top_k": cfg.retrieval.top_k, "model": cfg.model.model_dump(mode="json"),
-             "agent": cfg.agent.model_dump(mode="json"), "train": train}  # fmt: skip
+             "agent": cfg.agent.model_dump(mode="json"), "train": train, "reread": cfg.evaluate.reread}  # fmt: skip
     digest = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]
     return artifacts.checkpoints(cfg) / digest
 
@@ -209,7 +210,8 @@ class Trainer:
         for name, qs in self.eval_sets.items():
             with self.rollout_amp():
                 res = evaluate_agent(self.actor.model, self.tok, qs, self.backend, self.cfg.agent, self.cfg.retrieval.top_k,
-                                     batch_tokens=self.cfg.evaluate.batch_tokens, desc=f"eval {name}")  # fmt: skip
+                                     batch_tokens=self.cfg.evaluate.batch_tokens, desc=f"eval {name}",
+                                     reread=self.cfg.evaluate.reread)  # fmt: skip
             out.update(summarize(res, prefix=f"{name}/"))
         return out
 
