@@ -617,8 +617,8 @@ class TrainConfig(Section):
     temperature: float = Field(default=1.0, gt=0)
     reread: bool = Field(
         default=False, description="RL also trains the answer read again (evaluate.reread's): each episode's "
-        "passages are read again, sampled, as a one-turn episode of a group of its own per question, rewarded as an "
-        "episode's answer is; the episodes keep their own reward",
+        "passages are read again, sampled, as a one-turn episode of a group of its own per question, rewarded on "
+        "its answer as evaluate.reread reads it (the closing tag optional); the episodes keep their own reward",
     )  # fmt: skip
     mask: MaskConfig = MaskConfig()
     curriculum: CurriculumConfig = CurriculumConfig()

@@ -273,7 +273,10 @@ def test_a_step_keeps_its_entropy_bonus_to_itself(prepared, tmp_path):
 def test_reread_trains_the_answer_read_again_in_groups_of_its_own(prepared, tmp_path, monkeypatch):
     """train.reread: after the episodes, each one's passages are read again above its question in one sampled answer
     turn (evaluate.reread's prompt). The update gets the episodes and the readings; a reading's only action is its
-    answer, rewarded as an episode's answer is, and its advantage comes from its own question's readings alone."""
+    answer, rewarded as evaluate.reread scores it (the plain answer, the closing tag optional), and its advantage
+    comes from its own question's readings alone."""
+    from components.agent.rewards import outcome_reward
+    from components.evaluation.answers import read_answer
     from components.rollout.reread import reading_pass
 
     cfg = parse_config(small_raw(fresh(prepared, tmp_path), steps=1, eval_every=0, reread=True))
@@ -293,8 +296,10 @@ def test_reread_trains_the_answer_read_again_in_groups_of_its_own(prepared, tmp_
         assert read.episode.turns == 1 and read.episode.n_valid_calls == 0
         acted = [i for i, m in enumerate(read.action_mask) if m]
         assert acted and min(acted) >= read.prompt_len  # the answer turn's tokens alone
-        assert sum(read.rewards) == pytest.approx(read.episode.total_reward)
-        assert all(r == 0 or read.action_mask[i] for i, r in enumerate(read.rewards))
+        assert read.episode.answer == read_answer(read, trainer.chat.stop_texts)
+        want = outcome_reward(read.episode.answer, read.episode.question.answers, cfg.agent.reward)
+        assert read.rewards[read.last_action_index()] == want and sum(read.rewards) == want == read.episode.total_reward
+    assert any(t.episode.answer is not None for t in reads)  # the tiny model rarely closes the tag: plain answers
     assert metrics["reread_em"] == pytest.approx(sum(t.episode.em for t in reads) / n)
     assert metrics["em"] == pytest.approx(sum(t.episode.em for t in episodes) / n)  # the episodes' own answers
     args = lambda b: (b.token_rewards, b.action_mask, b.response_mask, b.index)  # noqa: E731

@@ -22,12 +22,13 @@ import torch
 from tqdm import tqdm
 
 from components import artifacts
-from components.agent.rewards import is_yes_no
-from components.config import Config, ConfigError
+from components.agent.rewards import is_yes_no, outcome_reward
+from components.config import Config, ConfigError, RewardConfig
 from components.data.prepare import read_questions
 from components.data.schema import Question
 from components.data.yes_no import balance_yes_no, without_yes_no
 from components.evaluation.agent_eval import evaluate_agent, summarize
+from components.evaluation.answers import read_answer
 from components.io import atomic_path
 from components.model.loading import RolloutWeights, autocast, freeze_below, load_model, pick_device
 from components.model.top_layers import compiled_layers, frozen_layers
@@ -42,7 +43,7 @@ from components.rollout.content import content_entropy
 from components.rollout.engine import RolloutStats
 from components.rollout.episode_setup import episode_setup
 from components.rollout.reread import reading_pass
-from components.rollout.trajectory import transcript
+from components.rollout.trajectory import Trajectory, transcript
 from components.rollout.traces import train_traces
 
 SYNTHETIC, COUNTERFACTUAL = "synthetic", "synthetic_cf"
@@ -97,6 +98,17 @@ def mean_of(values: Sequence[float | None]) -> float | None:
     """The mean of the values that are not None (None when none is: the metric is not logged)."""
     kept = [v for v in values if v is not None]
     return float(np.mean(kept)) if kept else None
+
+
+def rewarded_as_read(read: Trajectory, stop_texts: Sequence[str], w: RewardConfig) -> Trajectory:
+    """A reading (train.reread) rewarded as evaluate.reread scores it: its plain answer, the closing tag optional,
+    earns the outcome reward on the last action token; nothing else is rewarded."""
+    ep = read.episode
+    ep.answer, ep.process_rewards = read_answer(read, stop_texts), []
+    ep.outcome = outcome_reward(ep.answer, ep.question.answers, w)
+    read.rewards = [0.0] * len(read.rewards)
+    read.rewards[read.last_action_index()] = ep.outcome
+    return read
 
 
 class Trainer:
@@ -198,8 +210,10 @@ class Trainer:
         """train.reread: each episode's passages read again above its question, one sampled answer turn apiece."""
         reading = reading_pass(self.tok, self.backend, trajs, self.cfg.agent, self.cfg.retrieval.top_k)
         with self.rollout_amp():
-            return reading.rollout(self.actor.model, temperature=self.tc.temperature, generator=gen, stats=stats,
-                                   engine=self.cfg.rollout, capture_layer=self.keep_layer)  # fmt: skip
+            reads = reading.rollout(self.actor.model, temperature=self.tc.temperature, generator=gen, stats=stats,
+                                    engine=self.cfg.rollout, capture_layer=self.keep_layer)  # fmt: skip
+        stops = reading.setup.chat.stop_texts
+        return [rewarded_as_read(t, stops, self.cfg.agent.reward) for t in reads]
 
     # --- evaluation ----------------------------------------------------------------------------------
 
